@@ -1,0 +1,226 @@
+"""Hyperparameters: one dataclass, three presets, and `--name value` overrides for every field.
+
+Names follow the reference (Kyubyong/transformer `hparams.py`): d_model, d_ff, num_blocks,
+num_heads, dropout_rate, maxlen1 (source), maxlen2 (target), vocab_size, lr, warmup_steps,
+num_epochs, smoothing, logdir. Training writes the resolved settings to `<logdir>/hparams.json`;
+eval.py and translate.py read them back from there, so a checkpoint travels with its settings.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from utils import UserError, atomic_write
+
+CORPUS_FORMATS = ("parallel", "iwslt")
+POSITIONAL = ("sinusoid", "learned")
+
+
+@dataclasses.dataclass
+class Hparams:
+    # data (prepro.py)
+    corpus: str = "parallel"  # parallel: line-aligned files; iwslt: the IWSLT 2016/2017 release
+    data_dir: str = "corpora/sample"  # where the raw corpus lies
+    prepro_dir: str = "prepro/sample"  # where prepro.py writes the vocabulary and id files
+    train_prefix: str = "train"  # parallel corpora: <prefix>.<lang>[.gz] per split
+    dev_prefix: str = "dev"
+    test_prefix: str = "test"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    vocab_size: int = 400  # joint sentencepiece BPE vocabulary, ids 0-3 = <pad> <unk> <s> </s>
+
+    # model
+    d_model: int = 64
+    d_ff: int = 256
+    num_blocks: int = 2
+    num_heads: int = 4
+    dropout_rate: float = 0.1
+    maxlen1: int = 50  # longest source in tokens (with </s>) kept for training
+    maxlen2: int = 50  # longest target in tokens (with </s>) kept for training
+    positional: str = "sinusoid"  # sinusoid (paper, reference 2019) | learned (reference legacy)
+
+    # training
+    tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
+    lr: float = 1e-3  # peak learning rate, reached after warmup_steps
+    warmup_steps: int = 100
+    num_epochs: int = 30
+    smoothing: float = 0.1  # label smoothing epsilon
+    seed: int = 1234
+    logdir: str = "log/sample"
+    eval_sentences: int = 0  # dev sentences decoded for BLEU after each epoch; 0 = all of dev
+    eval_tokens_per_batch: int = 4096  # token budget for decoding batches
+    keep_checkpoints: int = 5  # epoch checkpoints kept in <logdir>/ckpt
+
+
+PRESETS = {
+    # Tiny: the built-in demo and the tests, on corpora/sample, a few minutes on a 2-core CPU.
+    "sample": {},
+    # A small model that trains well on a 2-core CPU (Multi30k task 1, 29k pairs).
+    "multi30k": dict(
+        data_dir="data/multi30k",
+        prepro_dir="prepro/multi30k",
+        dev_prefix="val",
+        test_prefix="test_2016_flickr",
+        vocab_size=8000,
+        d_model=256,
+        d_ff=1024,
+        num_blocks=3,
+        num_heads=4,
+        dropout_rate=0.2,
+        maxlen1=100,
+        maxlen2=100,
+        tokens_per_batch=3072,
+        lr=7e-4,
+        warmup_steps=800,
+        num_epochs=20,
+        logdir="log/multi30k",
+        eval_sentences=0,
+    ),
+    # The reference's 2019 settings (hparams.py of Kyubyong/transformer) on IWSLT 2016 de-en.
+    "iwslt2016": dict(
+        corpus="iwslt",
+        data_dir="data/iwslt2016",
+        prepro_dir="prepro/iwslt2016",
+        vocab_size=32000,
+        d_model=512,
+        d_ff=2048,
+        num_blocks=6,
+        num_heads=8,
+        dropout_rate=0.3,
+        maxlen1=100,
+        maxlen2=100,
+        tokens_per_batch=4096,
+        lr=3e-4,
+        warmup_steps=4000,
+        num_epochs=20,
+        logdir="log/iwslt2016",
+        eval_sentences=0,
+    ),
+}
+
+# Fields that fix the shape of the weights: a checkpoint only loads into a model with the same ones.
+MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2")
+
+
+def field_names():
+    return [f.name for f in dataclasses.fields(Hparams)]
+
+
+def preset(name):
+    """The Hparams of preset `name`."""
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return Hparams(**PRESETS[name])
+
+
+def validate(hp):
+    """Raise UserError for settings that cannot work."""
+    problems = []
+    if hp.corpus not in CORPUS_FORMATS:
+        problems.append(f"--corpus {hp.corpus!r} is not one of {', '.join(CORPUS_FORMATS)}")
+    if hp.positional not in POSITIONAL:
+        problems.append(f"--positional {hp.positional!r} is not one of {', '.join(POSITIONAL)}")
+    for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
+                 "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "keep_checkpoints"):
+        if getattr(hp, name) < 1:
+            problems.append(f"--{name} must be at least 1 (got {getattr(hp, name)})")
+    if hp.num_heads >= 1 and hp.d_model % hp.num_heads:
+        problems.append(f"d_model {hp.d_model} is not divisible by num_heads {hp.num_heads}: "
+                        f"pick num_heads among the divisors of d_model")
+    if hp.d_model % 2:
+        problems.append(f"d_model {hp.d_model} must be even for the sinusoid positional encoding")
+    if hp.tokens_per_batch < max(hp.maxlen1, hp.maxlen2):
+        problems.append(f"tokens_per_batch {hp.tokens_per_batch} is smaller than the longest sentence "
+                        f"kept (maxlen1 {hp.maxlen1}, maxlen2 {hp.maxlen2}): raise it or lower maxlen")
+    if not 0.0 <= hp.dropout_rate < 1.0:
+        problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
+    if not 0.0 <= hp.smoothing < 1.0:
+        problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
+    if hp.lr <= 0 or hp.warmup_steps < 0:
+        problems.append("lr must be positive and warmup_steps non-negative")
+    if hp.vocab_size < 8:
+        problems.append(f"vocab_size {hp.vocab_size} is too small: it needs room beyond ids 0-3")
+    if problems:
+        raise UserError("settings that cannot work: " + "; ".join(problems))
+    return hp
+
+
+def build_parser(description, preset_name="sample"):
+    """An ArgumentParser with --preset and one --<field> option per Hparams field.
+
+    Field options default to argparse.SUPPRESS, so the parsed namespace holds only what was given;
+    their help shows the preset's value.
+    """
+    defaults = preset(preset_name)
+    parser = argparse.ArgumentParser(
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--preset", default=preset_name, choices=sorted(PRESETS),
+                        help="settings to start from; --<name> value overrides any of them")
+    group = parser.add_argument_group(f"hyperparameters (values shown: preset {preset_name!r})")
+    for f in dataclasses.fields(Hparams):
+        value = getattr(defaults, f.name)
+        group.add_argument(f"--{f.name}", type=type(value), default=argparse.SUPPRESS,
+                           metavar=type(value).__name__.upper(), help=f"(preset: {value})")
+    return parser
+
+
+def parse_args(description, argv=None, add_arguments=None):
+    """Parse `--preset P --name value ...`.
+
+    Args:
+      description: the script's --help text.
+      argv: arguments (default sys.argv[1:]).
+      add_arguments: optional callable(parser) adding the script's own options.
+
+    Returns:
+      (hp, args, overrides): resolved and validated Hparams, the argparse namespace, and the
+      dict of fields given on the command line.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default="sample")
+    known, _ = pre.parse_known_args(argv)
+    preset_name = known.preset if known.preset in PRESETS else "sample"
+    parser = build_parser(description, preset_name)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    overrides = {name: getattr(args, name) for name in field_names() if hasattr(args, name)}
+    hp = dataclasses.replace(preset(args.preset), **overrides)
+    return validate(hp), args, overrides
+
+
+def save_hparams(hp, logdir):
+    """Write hp as JSON to <logdir>/hparams.json (atomically)."""
+    os.makedirs(logdir, exist_ok=True)
+    path = os.path.join(logdir, "hparams.json")
+    with atomic_write(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(dataclasses.asdict(hp), f, indent=2, sort_keys=True)
+            f.write("\n")
+    return path
+
+
+def load_hparams(logdir):
+    """Read <logdir>/hparams.json written by training."""
+    path = os.path.join(logdir, "hparams.json")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no saved settings; train first (python train.py --logdir {logdir}) "
+                        f"or pass the --logdir of a finished training run")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({e}); restore it or train again") from None
+    unknown = sorted(set(saved) - set(field_names()))
+    if unknown:
+        raise UserError(f"{path}: unknown settings {', '.join(unknown)}; was it written by another version?")
+    return Hparams(**{**dataclasses.asdict(Hparams()), **saved})
+
+
+def settings_for_logdir(hp, overrides):
+    """The settings of the training run in hp.logdir, with the command line's overrides on top."""
+    saved = load_hparams(hp.logdir)
+    return validate(dataclasses.replace(saved, **overrides))

@@ -1,0 +1,54 @@
+"""Helpers every script shares: the user-facing error, the CLI runner, atomic writes, logging.
+
+The reference's utils.py held postprocess, save/load_hparams and calc_bleu; in the port those live
+in data_load.py (decoding ids to text), hyperparams.py (settings) and eval.py (BLEU).
+"""
+import contextlib
+import os
+import sys
+
+# Keep TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) out of the scripts' output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class UserError(Exception):
+    """A problem the user can fix: bad input, missing files, settings that cannot work.
+
+    The message names the file (and line) where there is one, and says what to do. Scripts print
+    it on one line, without a traceback, and exit with status 2.
+    """
+
+
+def run_cli(main, argv=None):
+    """Run main(argv); turn a UserError into one line on stderr and exit status 2."""
+    try:
+        return main(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+@contextlib.contextmanager
+def atomic_write(path):
+    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds.
+
+    The temporary name keeps the extension (Keras checks `.keras`), so readers never see a
+    half-written file under the real name.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def section(title):
+    """Print a section header, as the reference's logs do (`# Load model`)."""
+    print(f"# {title}", flush=True)
