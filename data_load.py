@@ -1,0 +1,221 @@
+"""Read prepro.py's id files into batches: token-budget training batches and ordered eval batches.
+
+Encoder input: source ids + </s>. Decoder input: <s> + target ids. Labels: target ids + </s>.
+The batching works on NumPy arrays; `tf_dataset` wraps it in tf.data for TensorFlow, and the same
+NumPy batches feed Keras on the JAX backend, where TensorFlow is not installed.
+"""
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from utils import UserError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+PAD_MULTIPLE = 8  # lengths are padded up to a multiple of this: few distinct batch shapes
+
+
+# Files
+
+def load_meta(prepro_dir):
+    path = os.path.join(prepro_dir, "meta.json")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not found; run `python prepro.py` with the same --preset and "
+                        f"--prepro_dir first")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_vocab(prepro_dir):
+    """The sentencepiece processor that made the id files of prepro_dir."""
+    import sentencepiece as spm
+
+    meta = load_meta(prepro_dir)
+    path = os.path.join(prepro_dir, "bpe.model")
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != meta["bpe_sha256"]:
+        raise UserError(f"{path} is not the model that wrote the id files in {prepro_dir} "
+                        f"(checksum differs from meta.json); run prepro.py again")
+    return spm.SentencePieceProcessor(model_file=path)
+
+
+def load_split(prepro_dir, split):
+    """Ids of one split.
+
+    Returns:
+      (src, tgt): lists of int32 arrays, one per sentence, without <s>/</s>.
+    """
+    path = os.path.join(prepro_dir, f"{split}.npz")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not found; run `python prepro.py` with the same --prepro_dir first")
+    with np.load(path) as z:
+        src = np.split(z["src_ids"], np.cumsum(z["src_lens"])[:-1])
+        tgt = np.split(z["tgt_ids"], np.cumsum(z["tgt_lens"])[:-1])
+    vocab_size = load_meta(prepro_dir)["vocab_size"]
+    for side, seqs in (("src_ids", src), ("tgt_ids", tgt)):
+        top = max((int(s.max()) for s in seqs if len(s)), default=0)
+        if top >= vocab_size:
+            raise UserError(f"{path}: {side} holds id {top} but the vocabulary has {vocab_size}; "
+                            f"the id files and bpe.model do not match: run prepro.py again")
+    return src, tgt
+
+
+def load_text(prepro_dir, split, lang):
+    """The raw sentences of one side of a split, as prepro.py read them."""
+    path = os.path.join(prepro_dir, f"{split}.{lang}")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not found; run `python prepro.py` with the same --prepro_dir first")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def postprocess(sp, rows):
+    """Token ids (N, T) -> text: cut at </s>, drop padding, undo BPE."""
+    out = []
+    for row in np.asarray(rows):
+        row = [int(i) for i in row]
+        if EOS in row:
+            row = row[:row.index(EOS)]
+        out.append(sp.decode([i for i in row if i > EOS]))
+    return out
+
+
+# Batching
+
+def round_up(n, multiple=PAD_MULTIPLE):
+    return -(-n // multiple) * multiple
+
+
+def filter_long(src, tgt, maxlen1, maxlen2):
+    """Indices of the pairs that fit maxlen1/maxlen2 (counting </s>), and how many were dropped."""
+    keep = np.array([i for i, (s, t) in enumerate(zip(src, tgt))
+                     if len(s) + 1 <= maxlen1 and len(t) + 1 <= maxlen2], dtype=np.int64)
+    return keep, len(src) - len(keep)
+
+
+def _cut(order, cost, tokens_per_batch):
+    """Cut `order` into consecutive runs whose count x longest padded cost fits the budget."""
+    batches, start, longest = [], 0, 0
+    for pos, i in enumerate(order):
+        longest_with = max(longest, round_up(int(cost[i])))
+        if pos > start and (pos - start + 1) * longest_with > tokens_per_batch:
+            batches.append(order[start:pos])
+            start, longest_with = pos, round_up(int(cost[i]))
+        longest = longest_with
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None):
+    """Group sentence indices into batches of similar length under a token budget.
+
+    A batch of n pairs padded to lengths (L1, L2) costs n * max(L1, L2) tokens. Sentences are
+    sorted by length (ties broken at random when rng is given), cut into batches greedily, and the
+    batches shuffled. Every index appears exactly once; a single over-budget pair forms its own batch.
+
+    Args:
+      src_lens, tgt_lens: (num_pairs,) lengths including </s> (resp. <s>).
+      tokens_per_batch: budget.
+      rng: numpy Generator for the tie-breaking and batch order; None keeps length order.
+
+    Returns:
+      list of int64 index arrays.
+    """
+    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
+    cost = np.maximum(src_lens, tgt_lens)
+    if rng is None:
+        order = np.argsort(cost, kind="stable")
+    else:
+        order = np.lexsort((rng.random(len(cost)), cost))
+    batches = _cut(order, cost, tokens_per_batch)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+def eval_batches(src_lens, tokens_per_batch, sort=False):
+    """Batches for evaluation or translation: every sentence, however long.
+
+    Args:
+      src_lens: (num_sents,) source lengths including </s>.
+      tokens_per_batch: budget on n * padded source length.
+      sort: group by length (less padding); the caller puts the outputs back in order with the
+        indices. Without sort, batches are consecutive runs in the original order.
+
+    Returns:
+      list of int64 index arrays covering range(num_sents).
+    """
+    src_lens = np.asarray(src_lens)
+    order = np.argsort(src_lens, kind="stable") if sort else np.arange(len(src_lens))
+    return _cut(order, src_lens, tokens_per_batch)
+
+
+def pad(seqs, length):
+    """Stack int sequences into (N, length), right-padded with <pad>."""
+    out = np.full((len(seqs), length), PAD, dtype=np.int32)
+    for row, s in zip(out, seqs):
+        row[:len(s)] = s
+    return out
+
+
+def encoder_inputs(src_seqs):
+    """Source ids + </s>, padded: (N, T1)."""
+    seqs = [np.append(s, EOS) for s in src_seqs]
+    return pad(seqs, round_up(max(len(s) for s in seqs)))
+
+
+def training_arrays(src_seqs, tgt_seqs):
+    """One batch: ((encoder input (N, T1), decoder input (N, T2)), labels (N, T2))."""
+    x = encoder_inputs(src_seqs)
+    t2 = round_up(max(len(t) for t in tgt_seqs) + 1)
+    decoder_in = pad([np.insert(t, 0, BOS) for t in tgt_seqs], t2)
+    labels = pad([np.append(t, EOS) for t in tgt_seqs], t2)
+    return (x, decoder_in), labels
+
+
+class TrainBatches:
+    """An epoch's training batches as NumPy arrays, reshuffled for every epoch.
+
+    The batch plan of epoch e depends only on (seed, e), so a resumed run sees the batches the
+    uninterrupted run would have seen.
+    """
+
+    def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2):
+        keep, self.dropped = filter_long(src, tgt, maxlen1, maxlen2)
+        if len(keep) == 0:
+            raise UserError(f"no training pair fits maxlen1 {maxlen1} / maxlen2 {maxlen2}: raise them")
+        self.src = [src[i] for i in keep]
+        self.tgt = [tgt[i] for i in keep]
+        self.src_lens = np.array([len(s) + 1 for s in self.src])
+        self.tgt_lens = np.array([len(t) + 1 for t in self.tgt])
+        self.tokens_per_batch = tokens_per_batch
+        self.seed = seed
+
+    def __len__(self):
+        return len(self.src)
+
+    def plan(self, epoch):
+        """Index batches of `epoch` (0-based)."""
+        rng = np.random.default_rng([self.seed, epoch])
+        return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng)
+
+    def epoch(self, epoch):
+        """Yield ((x, decoder_input), labels) NumPy batches of `epoch`."""
+        for idx in self.plan(epoch):
+            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx])
+
+    def target_tokens(self, batch_plan):
+        """Real (unpadded) target tokens of each batch in a plan."""
+        return [int(self.tgt_lens[idx].sum()) for idx in batch_plan]
+
+
+def tf_dataset(batch_iterable_fn, num_batches):
+    """Wrap a function returning an iterable of num_batches ((x, decoder_input), labels) into tf.data."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    dataset = tf.data.Dataset.from_generator(batch_iterable_fn, output_signature=((spec, spec), spec))
+    return dataset.apply(tf.data.experimental.assert_cardinality(num_batches)).prefetch(2)

@@ -1,0 +1,65 @@
+import numpy as np
+
+import data_load
+from data_load import BOS, EOS, PAD
+
+
+def random_lengths(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, 60, n), rng.integers(1, 60, n)
+
+
+def test_token_budget_batches_cover_every_pair_once_within_budget():
+    src, tgt = random_lengths(2000)
+    budget = 512
+    plans = [data_load.token_budget_batches(src, tgt, budget, np.random.default_rng([1, e])) for e in range(2)]
+    for plan in plans:
+        flat = np.concatenate(plan)
+        assert sorted(flat.tolist()) == list(range(2000))  # each pair exactly once
+        for idx in plan:
+            padded = data_load.round_up(int(np.maximum(src[idx], tgt[idx]).max()))
+            assert len(idx) == 1 or len(idx) * padded <= budget
+    assert [b.tolist() for b in plans[0]] != [b.tolist() for b in plans[1]]  # reshuffled per epoch
+    # bucketing: little padding
+    padded = sum(len(i) * data_load.round_up(int(np.maximum(src[i], tgt[i]).max())) for i in plans[0])
+    assert padded < 1.3 * np.maximum(src, tgt).sum()
+
+
+def test_eval_batches_complete_and_in_order():
+    lens = np.array([5, 300, 7, 7, 1, 64, 9])  # 300: longer than the budget, still kept
+    batches = data_load.eval_batches(lens, 64)
+    assert np.concatenate(batches).tolist() == list(range(len(lens)))
+    sorted_batches = data_load.eval_batches(lens, 64, sort=True)
+    assert sorted(np.concatenate(sorted_batches).tolist()) == list(range(len(lens)))
+
+
+def test_batch_arrays_shift_and_special_tokens():
+    src = [np.array([5, 6, 7]), np.array([8])]
+    tgt = [np.array([9, 10]), np.array([11, 12, 13])]
+    (x, decoder_in), labels = data_load.training_arrays(src, tgt)
+    assert x.shape[1] % data_load.PAD_MULTIPLE == 0
+    assert x[0, :4].tolist() == [5, 6, 7, EOS] and x[1, :2].tolist() == [8, EOS] and x[1, 2] == PAD
+    assert decoder_in[1, :4].tolist() == [BOS, 11, 12, 13]
+    assert labels[1, :4].tolist() == [11, 12, 13, EOS]
+    # decoder input is the labels shifted right, but for </s>, which is only ever a label
+    body = labels[:, :-1] != EOS
+    assert (decoder_in[:, 1:][body] == labels[:, :-1][body]).all()
+
+
+def test_train_batches_drop_long_pairs_and_repeat_plans():
+    src = [np.arange(4, 4 + n) for n in (3, 10, 2, 40)]
+    tgt = [np.arange(4, 4 + n) for n in (3, 4, 30, 2)]
+    tb = data_load.TrainBatches(src, tgt, 64, seed=3, maxlen1=20, maxlen2=20)
+    assert tb.dropped == 2 and len(tb) == 2
+    assert [b.tolist() for b in tb.plan(5)] == [b.tolist() for b in tb.plan(5)]
+    batches = list(tb.epoch(0))
+    assert sum(b[1].shape[0] for b in batches) == 2
+
+
+def test_tf_dataset_yields_the_numpy_batches():
+    src = [np.array([5, 6]), np.array([7])]
+    tgt = [np.array([8]), np.array([9, 10])]
+    batches = [data_load.training_arrays(src, tgt)]
+    ds = data_load.tf_dataset(lambda: iter(batches), 1)
+    (x, d), y = next(iter(ds))
+    assert (x.numpy() == batches[0][0][0]).all() and (y.numpy() == batches[0][1]).all()
