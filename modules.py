@@ -1,0 +1,387 @@
+"""Building blocks of the Transformer (Vaswani et al. 2017) as Keras 3 layers.
+
+Written with `keras.ops` only, so the same code runs on the TensorFlow, JAX and PyTorch backends.
+Layers take plain arguments (no hyperparameter object) and do no I/O. Masks are built once from
+token ids by the model and passed by name.
+
+Shape letters: N batch, T1 source length, T2 target length, T any length, h heads,
+d d_model, d_k d_model/h, f d_ff, V vocabulary.
+"""
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+PACKAGE = "transformer"
+NEG_INF = -1e9  # added to masked attention logits
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TokenEmbedding(keras.layers.Layer):
+    """Token embedding scaled by sqrt(d_model), with <pad> embedding to zeros (section 3.4).
+
+    The same matrix is the output projection (`project`): the reference's 2019 version shares one
+    matrix between source, target and the pre-softmax linear layer.
+
+    Args:
+      vocab_size: V.
+      d_model: d.
+      pad_id: the id whose embedding is zero.
+    """
+
+    def __init__(self, vocab_size, d_model, pad_id=0, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+
+    def call(self, ids):
+        """ids (N, T) int -> (N, T, d)."""
+        x = ops.take(self.embeddings, ids, axis=0)  # (N, T, d)
+        keep = ops.cast(ops.not_equal(ids, self.pad_id), x.dtype)  # (N, T)
+        return x * ops.expand_dims(keep, -1) * math.sqrt(self.d_model)  # (N, T, d)
+
+    def project(self, x):
+        """x (N, T, d) -> logits (N, T, V) through the transposed embedding matrix."""
+        w = ops.cast(self.embeddings, x.dtype)  # (V, d)
+        return ops.matmul(x, ops.transpose(w))  # (N, T, V)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "pad_id": self.pad_id}
+
+
+def sinusoid(length, d_model, dtype="float32"):
+    """Sinusoid positional encoding (section 3.5) as a tensor (length, d).
+
+    PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)): the exponent
+    uses 2 * (j // 2) for dimension j, so each sin/cos pair shares one frequency.
+    """
+    pos = ops.cast(ops.arange(length), "float32")  # (T,)
+    j = np.arange(d_model)
+    inv_freq = ops.convert_to_tensor(10000.0 ** (-(2 * (j // 2)) / d_model), "float32")  # (d,)
+    angles = ops.expand_dims(pos, 1) * ops.expand_dims(inv_freq, 0)  # (T, d)
+    even = ops.convert_to_tensor(j % 2 == 0)  # (d,)
+    return ops.cast(ops.where(even, ops.sin(angles), ops.cos(angles)), dtype)  # (T, d)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class PositionalEncoding(keras.layers.Layer):
+    """Adds position information to embeddings (section 3.5).
+
+    Args:
+      d_model: d.
+      maxlen: longest sequence for the learned kind (the sinusoid kind takes any length).
+      kind: "sinusoid" (the paper, the reference's 2019 version) or "learned" (the reference's
+        legacy default, `hp.sinusoid = False`).
+    """
+
+    def __init__(self, d_model, maxlen, kind="sinusoid", **kwargs):
+        super().__init__(**kwargs)
+        if kind not in ("sinusoid", "learned"):
+            raise ValueError(f"kind must be 'sinusoid' or 'learned', not {kind!r}")
+        self.d_model, self.maxlen, self.kind = d_model, maxlen, kind
+
+    def build(self, input_shape=None):
+        if self.kind == "learned":
+            self.table = self.add_weight(name="table", shape=(self.maxlen, self.d_model),
+                                         initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def call(self, x, start=0):
+        """x (N, T, d) -> x + PE[start:start+T] (N, T, d)."""
+        length = ops.shape(x)[1]
+        if self.kind == "sinusoid":
+            pe = sinusoid(start + length, self.d_model, x.dtype)[start:]  # (T, d)
+        else:
+            pe = ops.cast(self.table[start:start + length], x.dtype)  # (T, d)
+        return x + ops.expand_dims(pe, 0)  # (N, T, d)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "maxlen": self.maxlen,
+                "kind": self.kind}
+
+
+def attention_bias(key_padding_mask, causal, query_length, key_length, dtype="float32"):
+    """Additive attention bias from masks: 0 where attending is allowed, NEG_INF where not.
+
+    Args:
+      key_padding_mask: (N, Tk) bool, True at real tokens; or None.
+      causal: whether query t may only see keys <= t.
+
+    Returns:
+      (N or 1, 1, Tq or 1, Tk) tensor, or None when nothing is masked.
+    """
+    allowed = None
+    if key_padding_mask is not None:
+        allowed = ops.expand_dims(ops.expand_dims(key_padding_mask, 1), 1)  # (N, 1, 1, Tk)
+    if causal:
+        q = ops.expand_dims(ops.arange(query_length), 1)  # (Tq, 1)
+        k = ops.expand_dims(ops.arange(key_length), 0)  # (1, Tk)
+        future = ops.reshape(ops.greater_equal(q, k), (1, 1, query_length, key_length))  # (1, 1, Tq, Tk)
+        allowed = future if allowed is None else ops.logical_and(allowed, future)  # (N, 1, Tq, Tk)
+    if allowed is None:
+        return None
+    return ops.where(allowed, ops.zeros((), dtype), ops.full((), NEG_INF, dtype))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention (sections 3.2.1, 3.2.2).
+
+    Args:
+      d_model: d.
+      num_heads: h; d must be divisible by h.
+      dropout_rate: dropout on the attention weights.
+    """
+
+    def __init__(self, d_model, num_heads, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
+        self.d_k = d_model // num_heads
+        self.query_dense = keras.layers.Dense(d_model, name="query")
+        self.key_dense = keras.layers.Dense(d_model, name="key")
+        self.value_dense = keras.layers.Dense(d_model, name="value")
+        self.output_dense = keras.layers.Dense(d_model, name="output")
+        self.dropout = keras.layers.Dropout(dropout_rate)
+
+    def build(self, query_shape, memory_shape=None):
+        memory_shape = query_shape if memory_shape is None else memory_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(memory_shape)
+        self.value_dense.build(memory_shape)
+        self.output_dense.build(query_shape[:-1] + (self.d_model,))
+
+    def split_heads(self, x):
+        """(N, T, d) -> (N, h, T, d_k)."""
+        n, t = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (n, t, self.num_heads, self.d_k))  # (N, T, h, d_k)
+        return ops.transpose(x, (0, 2, 1, 3))  # (N, h, T, d_k)
+
+    def call(self, query, memory, key_padding_mask=None, causal=False, training=None):
+        """Attend from query to memory.
+
+        Args:
+          query: (N, Tq, d).
+          memory: (N, Tk, d): the query itself for self-attention, the encoder output otherwise.
+          key_padding_mask: (N, Tk) bool, True at real tokens.
+          causal: mask keys after each query position.
+
+        Returns:
+          (N, Tq, d).
+        """
+        # 1. project and split into heads
+        q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
+        k = self.split_heads(self.key_dense(memory))  # (N, h, Tk, d_k)
+        v = self.split_heads(self.value_dense(memory))  # (N, h, Tk, d_k)
+        # 2. scaled dot products, masked
+        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) / math.sqrt(self.d_k)  # (N, h, Tq, Tk)
+        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2], logits.dtype)
+        if bias is not None:
+            logits = logits + bias  # (N, h, Tq, Tk)
+        weights = ops.softmax(logits, axis=-1)  # (N, h, Tq, Tk)
+        weights = self.dropout(weights, training=training)  # (N, h, Tq, Tk)
+        # 3. weighted sum, heads joined, output projection
+        out = ops.matmul(weights, v)  # (N, h, Tq, d_k)
+        out = ops.transpose(out, (0, 2, 1, 3))  # (N, Tq, h, d_k)
+        out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.d_model))  # (N, Tq, d)
+        return self.output_dense(out)  # (N, Tq, d)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class FeedForward(keras.layers.Layer):
+    """Position-wise feed-forward network (section 3.3) as two kernel-size-1 convolutions.
+
+    Args:
+      d_model: d.
+      d_ff: f, the inner width.
+    """
+
+    def __init__(self, d_model, d_ff, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.d_ff = d_model, d_ff
+        self.inner = keras.layers.Conv1D(d_ff, 1, activation="relu", name="inner")
+        self.outer = keras.layers.Conv1D(d_model, 1, name="outer")
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+        self.outer.build(input_shape[:-1] + (self.d_ff,))
+
+    def call(self, x):
+        """x (N, T, d) -> (N, T, d)."""
+        h = self.inner(x)  # (N, T, f)
+        return self.outer(h)  # (N, T, d)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class AddNorm(keras.layers.Layer):
+    """Residual connection then layer normalization: LayerNorm(x + Dropout(sublayer(x))) (5.4).
+
+    Args:
+      dropout_rate: residual dropout on the sublayer's output.
+      epsilon: layer-norm epsilon.
+    """
+
+    def __init__(self, dropout_rate=0.0, epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout_rate, self.epsilon = dropout_rate, epsilon
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.norm = keras.layers.LayerNormalization(epsilon=epsilon, name="norm")
+
+    def build(self, x_shape, y_shape=None):
+        self.norm.build(x_shape)
+
+    def call(self, x, y, training=None):
+        """x (N, T, d) residual, y (N, T, d) sublayer output -> (N, T, d)."""
+        return self.norm(x + self.dropout(y, training=training))  # (N, T, d)
+
+    def get_config(self):
+        return {**super().get_config(), "dropout_rate": self.dropout_rate, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class EncoderBlock(keras.layers.Layer):
+    """Self-attention and feed-forward, each wrapped in AddNorm (section 3.1, encoder)."""
+
+    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attention")
+        self.self_attention_norm = AddNorm(dropout_rate, name="self_attention_norm")
+        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
+        self.feed_forward_norm = AddNorm(dropout_rate, name="feed_forward_norm")
+
+    def build(self, x_shape):
+        for layer in (self.self_attention, self.self_attention_norm, self.feed_forward,
+                      self.feed_forward_norm):
+            layer.build(x_shape)
+
+    def call(self, x, padding_mask, training=None):
+        """x (N, T1, d), padding_mask (N, T1) bool -> (N, T1, d)."""
+        a = self.self_attention(x, x, key_padding_mask=padding_mask, training=training)  # (N, T1, d)
+        x = self.self_attention_norm(x, a, training=training)  # (N, T1, d)
+        f = self.feed_forward(x)  # (N, T1, d)
+        return self.feed_forward_norm(x, f, training=training)  # (N, T1, d)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
+                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class DecoderBlock(keras.layers.Layer):
+    """Causal self-attention, attention over the encoder output, feed-forward (3.1, decoder)."""
+
+    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attention")
+        self.self_attention_norm = AddNorm(dropout_rate, name="self_attention_norm")
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="cross_attention")
+        self.cross_attention_norm = AddNorm(dropout_rate, name="cross_attention_norm")
+        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
+        self.feed_forward_norm = AddNorm(dropout_rate, name="feed_forward_norm")
+
+    def build(self, x_shape, memory_shape=None):
+        memory_shape = x_shape if memory_shape is None else memory_shape
+        self.self_attention.build(x_shape)
+        self.cross_attention.build(x_shape, memory_shape)
+        for layer in (self.self_attention_norm, self.cross_attention_norm, self.feed_forward,
+                      self.feed_forward_norm):
+            layer.build(x_shape)
+
+    def call(self, x, memory, target_mask, source_mask, training=None):
+        """Decoder block.
+
+        Args:
+          x: (N, T2, d) decoder states.
+          memory: (N, T1, d) encoder output.
+          target_mask: (N, T2) bool, True at real target tokens.
+          source_mask: (N, T1) bool, True at real source tokens.
+
+        Returns:
+          (N, T2, d).
+        """
+        a = self.self_attention(x, x, key_padding_mask=target_mask, causal=True, training=training)  # (N, T2, d)
+        x = self.self_attention_norm(x, a, training=training)  # (N, T2, d)
+        c = self.cross_attention(x, memory, key_padding_mask=source_mask, training=training)  # (N, T2, d)
+        x = self.cross_attention_norm(x, c, training=training)  # (N, T2, d)
+        f = self.feed_forward(x)  # (N, T2, d)
+        return self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
+                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate}
+
+
+def label_smoothing(inputs, epsilon=0.1):
+    """Smooth one-hot targets (section 5.4): (1 - epsilon) * inputs + epsilon / V.
+
+    inputs (..., V) one-hot -> (..., V). With V = 3 and epsilon 0.1: 0.9333 and 0.0333.
+    """
+    v = ops.shape(inputs)[-1]
+    return (1.0 - epsilon) * inputs + epsilon / v
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy against label-smoothed targets, averaged over non-pad target tokens.
+
+    Equal to the cross-entropy against `label_smoothing(one_hot(labels))`, computed from the sparse
+    labels without materialising (N, T2, V) targets:
+    -(1 - eps) log p(y) - eps / V * sum_v log p(v).
+
+    Args:
+      epsilon: smoothing rate.
+      pad_id: label id that does not count.
+    """
+
+    def __init__(self, epsilon=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+        super().__init__(name=name, reduction="sum", **kwargs)
+        self.epsilon, self.pad_id = epsilon, pad_id
+
+    def call(self, labels, logits):
+        """labels (N, T2) int, logits (N, T2, V) -> per-token loss / number of real tokens (N, T2)."""
+        logits = ops.cast(logits, "float32")  # (N, T2, V)
+        log_probs = ops.log_softmax(logits, axis=-1)  # (N, T2, V)
+        labels = ops.cast(labels, "int32")  # (N, T2)
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1)  # (N, T2)
+        uniform = -ops.mean(log_probs, axis=-1)  # (N, T2)
+        per_token = (1.0 - self.epsilon) * nll + self.epsilon * uniform  # (N, T2)
+        mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
+        return per_token * mask / ops.maximum(ops.sum(mask), 1.0)  # (N, T2)
+
+    def get_config(self):
+        return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak_lr` over `warmup_steps`, then decay as 1/sqrt(step) (section 5.3).
+
+    The reference's `noam_scheme(init_lr, step, warmup)`: peak_lr * min(step / warmup,
+    sqrt(warmup / step)), with step counted from 1.
+    """
+
+    def __init__(self, peak_lr, warmup_steps):
+        self.peak_lr, self.warmup_steps = peak_lr, warmup_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        warmup = float(max(self.warmup_steps, 1))
+        return self.peak_lr * ops.minimum(step / warmup, ops.sqrt(warmup / step))
+
+    def get_config(self):
+        return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps}

@@ -1,0 +1,112 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import modules
+
+N, T1, T2, D, H, F, V = 2, 7, 5, 16, 4, 32, 20
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def test_layer_output_shapes():
+    ids = np.array([[5, 6, 0], [7, 0, 0]])
+    emb = modules.TokenEmbedding(V, D)
+    assert tuple(emb(ids).shape) == (2, 3, D)
+    assert tuple(emb.project(rand(2, 3, D)).shape) == (2, 3, V)
+    assert tuple(modules.PositionalEncoding(D, 10)(rand(N, T1, D)).shape) == (N, T1, D)
+    assert tuple(modules.PositionalEncoding(D, 10, "learned")(rand(N, T1, D)).shape) == (N, T1, D)
+    mha = modules.MultiHeadAttention(D, H)
+    assert tuple(mha(rand(N, T2, D), rand(N, T1, D)).shape) == (N, T2, D)
+    assert tuple(modules.FeedForward(D, F)(rand(N, T1, D)).shape) == (N, T1, D)
+    mask = np.ones((N, T1), bool)
+    assert tuple(modules.EncoderBlock(D, F, H)(rand(N, T1, D), mask).shape) == (N, T1, D)
+    dec = modules.DecoderBlock(D, F, H)(rand(N, T2, D), rand(N, T1, D), np.ones((N, T2), bool), mask)
+    assert tuple(dec.shape) == (N, T2, D)
+
+
+def test_pad_embeds_to_zeros_and_is_scaled():
+    emb = modules.TokenEmbedding(V, D)
+    out = ops.convert_to_numpy(emb(np.array([[0, 5]])))
+    assert np.all(out[0, 0] == 0)
+    w = ops.convert_to_numpy(emb.embeddings)
+    np.testing.assert_allclose(out[0, 1], w[5] * np.sqrt(D), rtol=1e-6)
+
+
+def test_sinusoid_matches_the_formula():
+    length, d = 50, 16
+    pe = ops.convert_to_numpy(modules.sinusoid(length, d))
+    for pos in (0, 1, 7, 49):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, 2 * i] == pytest.approx(np.sin(angle), abs=1e-5)
+            assert pe[pos, 2 * i + 1] == pytest.approx(np.cos(angle), abs=1e-5)
+
+
+def test_label_smoothing_reference_example():
+    inputs = np.array([[[0, 0, 1], [0, 1, 0], [1, 0, 0]], [[1, 0, 0], [1, 0, 0], [0, 1, 0]]], "float32")
+    out = ops.convert_to_numpy(modules.label_smoothing(inputs, 0.1))
+    np.testing.assert_allclose(out[0, 0], [0.03333334, 0.03333334, 0.93333334], rtol=1e-6)
+    np.testing.assert_allclose(out[1, 2], [0.03333334, 0.93333334, 0.03333334], rtol=1e-6)
+
+
+def test_sparse_loss_equals_smoothed_one_hot_cross_entropy_over_real_tokens():
+    logits = rand(N, T2, V, seed=1)
+    labels = np.array([[4, 5, 6, 0, 0], [7, 8, 9, 10, 3]])
+    loss = float(modules.LabelSmoothedCrossEntropy(0.1)(labels, logits))
+    targets = ops.convert_to_numpy(modules.label_smoothing(np.eye(V, dtype="float32")[labels], 0.1))
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -(targets * log_p).sum(-1)
+    mask = labels != 0
+    assert loss == pytest.approx(ce[mask].mean(), rel=1e-5)
+
+
+def test_learning_rate_schedule():
+    s = modules.WarmupInverseSqrt(1e-3, 100)
+    lr = [float(s(step)) for step in (0, 49, 99, 399)]
+    assert lr[0] == pytest.approx(1e-5) and lr[1] == pytest.approx(5e-4)
+    assert lr[2] == pytest.approx(1e-3) and lr[3] == pytest.approx(5e-4)
+
+
+def test_causality_later_targets_do_not_change_earlier_outputs():
+    block = modules.DecoderBlock(D, F, H)
+    memory, x = rand(N, T1, D, seed=2), rand(N, T2, D, seed=3)
+    changed = x.copy()
+    changed[:, 3:] = rand(N, T2 - 3, D, seed=4)
+    masks = (np.ones((N, T2), bool), np.ones((N, T1), bool))
+    a = ops.convert_to_numpy(block(x, memory, *masks))
+    b = ops.convert_to_numpy(block(changed, memory, *masks))
+    np.testing.assert_allclose(a[:, :3], b[:, :3], atol=1e-5)
+    assert not np.allclose(a[:, 3:], b[:, 3:], atol=1e-3)
+
+
+def test_padding_what_sits_under_source_padding_changes_nothing():
+    enc, dec = modules.EncoderBlock(D, F, H), modules.DecoderBlock(D, F, H)
+    mask = np.array([[1, 1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0]], bool)
+    x = rand(N, T1, D, seed=5)
+    changed = np.where(mask[..., None], x, rand(N, T1, D, seed=6))
+    a, b = (ops.convert_to_numpy(enc(v, mask)) for v in (x, changed))
+    np.testing.assert_allclose(a[mask], b[mask], atol=1e-5)
+    y, tmask = rand(N, T2, D, seed=7), np.ones((N, T2), bool)
+    da, db = (ops.convert_to_numpy(dec(y, m, tmask, mask)) for m in (x, changed))
+    np.testing.assert_allclose(da, db, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer, args", [
+    (modules.TokenEmbedding(V, D), (np.array([[1, 2, 0]]),)),
+    (modules.PositionalEncoding(D, 10, "learned"), (rand(N, T1, D),)),
+    (modules.MultiHeadAttention(D, H, 0.1), (rand(N, T2, D), rand(N, T1, D))),
+    (modules.FeedForward(D, F), (rand(N, T1, D),)),
+    (modules.EncoderBlock(D, F, H, 0.1), (rand(N, T1, D), np.ones((N, T1), bool))),
+])
+def test_layers_serialize(layer, args):
+    out = ops.convert_to_numpy(layer(*args))
+    clone = layer.__class__.from_config(layer.get_config())
+    clone(*args)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(clone(*args)), out, atol=1e-6)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert restored.get_config() == layer.get_config()
