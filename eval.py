@@ -1,0 +1,156 @@
+"""Translate the dev or test split with a trained checkpoint and score it with BLEU.
+
+    python eval.py --preset sample
+    python eval.py --preset multi30k --split test --ckpt log/multi30k/ckpt/E20L2.10B38.00.keras
+
+Reads the settings saved by training from <logdir>/hparams.json, loads the newest checkpoint of
+<logdir>/ckpt (or --ckpt), writes <logdir>/results/<split>_<checkpoint>B<bleu>.txt with source /
+expected / got for every sentence and the scores at its end, and prints BLEU two ways:
+sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way (multi-bleu.perl on
+cased, whitespace-split text = sacreBLEU with tokenize="none").
+"""
+import os
+import re
+
+import numpy as np
+from tqdm import tqdm
+
+import data_load
+import hyperparams
+from utils import UserError, atomic_write, run_cli, section
+
+CHECKPOINT = re.compile(r"^E(\d+)L([\d.]+|nan|inf)B([\d.]+)\.keras$")
+
+
+def bleu_scores(hypotheses, references):
+    """Corpus BLEU of detokenized hypotheses against one reference each.
+
+    Returns:
+      dict: sacrebleu (13a, cased) score and signature; reference (tokenize none, as the
+      reference's multi-bleu.perl on raw text) score and signature.
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    out = {}
+    for key, tokenize in (("sacrebleu", "13a"), ("reference", "none")):
+        metric = BLEU(tokenize=tokenize)
+        out[key] = metric.corpus_score(hypotheses, [references]).score
+        out[key + "_signature"] = str(metric.get_signature())
+    return out
+
+
+def read_hypotheses(path):
+    """One translation per line; a trailing `BLEU = ...` line (the reference's result files) is dropped."""
+    with open(path, encoding="utf-8") as f:
+        return [line for line in f.read().splitlines() if not line.startswith("BLEU = ")]
+
+
+def format_scores(scores, split, extra=""):
+    """The two BLEU lines eval.py ends with."""
+    return (f"BLEU {split} sacreBLEU = {scores['sacrebleu']:.2f} ({scores['sacrebleu_signature']}){extra}\n"
+            f"BLEU {split} reference's way (multi-bleu, whitespace tokens) = {scores['reference']:.2f} "
+            f"({scores['reference_signature']}){extra}")
+
+
+def checkpoints(logdir):
+    """Epoch checkpoints of <logdir>/ckpt as a list of (epoch, path), oldest first."""
+    ckpt_dir = os.path.join(logdir, "ckpt")
+    if not os.path.isdir(ckpt_dir):
+        return []
+    found = []
+    for name in os.listdir(ckpt_dir):
+        m = CHECKPOINT.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(ckpt_dir, name)))
+    return sorted(found)
+
+
+def load_checkpoint(path, hp):
+    """Load a .keras checkpoint written by train.py; a UserError if it is missing or does not fit."""
+    import keras
+
+    import model as _model  # noqa: F401  (registers the model's classes for deserialization)
+
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        m = keras.models.load_model(path, compile=False)
+    except Exception as e:  # Keras raises many types for a damaged or foreign file
+        raise UserError(f"{path}: cannot load this checkpoint ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                        f"is it a complete .keras file written by train.py?") from None
+    wanted = {f: getattr(hp, f) for f in hyperparams.MODEL_FIELDS}
+    got = {f: getattr(m, f) for f in hyperparams.MODEL_FIELDS}
+    if wanted != got:
+        diff = ", ".join(f"{f} {got[f]} (settings say {wanted[f]})" for f in wanted if wanted[f] != got[f])
+        raise UserError(f"{path}: checkpoint of a different model: {diff}; use the --logdir it was "
+                        f"trained in, or drop the overrides")
+    return m
+
+
+def translate(model, sp, src_seqs, tokens_per_batch, desc="translate"):
+    """Greedy translations of source id sequences, in their order.
+
+    Batches are formed by length (every sentence, however long) and put back in order.
+    """
+    lens = [len(s) + 1 for s in src_seqs]
+    if model.positional == "learned" and max(lens, default=0) > model.maxlen1:
+        i = int(np.argmax(lens))
+        raise UserError(f"sentence {i + 1} has {lens[i]} tokens but a model with learned positions takes "
+                        f"at most maxlen1 {model.maxlen1}: shorten or split it")
+    out = [None] * len(src_seqs)
+    batches = data_load.eval_batches(lens, tokens_per_batch, sort=True)
+    for idx in tqdm(batches, desc=desc, unit="batch", leave=False):
+        ids = model.greedy_decode(data_load.encoder_inputs([src_seqs[i] for i in idx]))
+        for i, text in zip(idx, data_load.postprocess(sp, ids)):
+            out[i] = text
+    return out
+
+
+def write_results(path, sources, references, hypotheses, score_text):
+    """Results file: source / expected / got for every sentence, then the scores."""
+    with atomic_write(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for s, r, h in zip(sources, references, hypotheses):
+                f.write(f"- source: {s}\n- expected: {r}\n- got: {h}\n\n")
+            f.write(score_text + "\n")
+
+
+def main(argv=None):
+    def add_arguments(parser):
+        parser.add_argument("--ckpt", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--split", default="test", choices=("dev", "test"))
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
+    hp = hyperparams.settings_for_logdir(hp, overrides)
+
+    section("Load model")
+    ckpt = args.ckpt
+    if ckpt is None:
+        found = checkpoints(hp.logdir)
+        if not found:
+            raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
+                            f"(python train.py --preset {args.preset}) or pass --ckpt")
+        ckpt = found[-1][1]
+    model = load_checkpoint(ckpt, hp)
+    sp = data_load.load_vocab(hp.prepro_dir)
+    print(f"checkpoint {ckpt}")
+
+    section(f"Translate the {args.split} split")
+    src, _ = data_load.load_split(hp.prepro_dir, args.split)
+    sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
+    references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
+    hypotheses = translate(model, sp, src, hp.eval_tokens_per_batch, desc=args.split)
+
+    section("Score")
+    scores = bleu_scores(hypotheses, references)
+    text = format_scores(scores, args.split, extra=", greedy")
+    name = os.path.basename(ckpt)[:-len(".keras")]
+    path = os.path.join(hp.logdir, "results", f"{args.split}_{name}B{scores['sacrebleu']:.2f}.txt")
+    write_results(path, sources, references, hypotheses, text)
+    print(f"wrote {len(hypotheses)} translations to {path}")
+    print(text)
+
+
+if __name__ == "__main__":
+    run_cli(main)

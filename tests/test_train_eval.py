@@ -1,0 +1,86 @@
+"""End to end: the quick start (prepro -> train -> eval on corpora/sample), resuming, eval's output,
+and the one-line errors of the scripts."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import SHARED, run_script
+
+
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    """The README's quick start, with its outputs in a temporary folder."""
+    tmp = tmp_path_factory.mktemp("quick_start")
+    dirs = ["--prepro_dir", str(tmp / "prepro"), "--logdir", str(tmp / "log")]
+    runs = [run_script("prepro.py", "--preset", "sample", *dirs),
+            run_script("train.py", "--preset", "sample", *dirs),
+            run_script("eval.py", "--preset", "sample", *dirs)]
+    return tmp, dirs, runs
+
+
+def test_quick_start_end_to_end(quick_start):
+    tmp, _, (prepro, train, evaluation) = quick_start
+    for run in (prepro, train, evaluation):
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "split train: 500 pairs" in prepro.stdout
+    history = [json.loads(line) for line in open(tmp / "log" / "history.jsonl")]
+    assert [h["epoch"] for h in history] == list(range(1, 31))
+    assert history[-1]["train_loss"] < history[0]["train_loss"] - 2
+    assert history[-1]["dev_bleu"] > 20  # the sample is learnable: a broken model stays near 0
+    ckpts = os.listdir(tmp / "log" / "ckpt")
+    assert len(ckpts) == 5 and all(re.fullmatch(r"E\d\dL\d+\.\d\dB\d+\.\d\d\.keras", c) for c in ckpts)
+    assert os.listdir(tmp / "log" / "tensorboard")
+    last = evaluation.stdout.strip().splitlines()[-2:]
+    assert last[0].startswith("BLEU test sacreBLEU = ") and "tok:13a" in last[0]
+    assert last[1].startswith("BLEU test reference's way (multi-bleu, whitespace tokens) = ")
+    results = os.listdir(tmp / "log" / "results")
+    text = open(tmp / "log" / "results" / results[0], encoding="utf-8").read()
+    assert text.count("- source: ") == text.count("- got: ") == 50
+    assert text.rstrip().splitlines()[-2:] == last  # the scores end the results file
+
+
+def test_training_resumes_from_the_newest_checkpoint(quick_start):
+    tmp, dirs, _ = quick_start
+    step = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])["step"]
+    again = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(rf"resuming from .*E30L.*\.keras: epoch 30 done, step {step}\b", again.stdout)
+    last = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])
+    assert last["epoch"] == 31 and last["step"] > step
+    done = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
+    assert done.returncode == 0 and "nothing to do" in done.stdout
+
+
+def test_eval_errors_are_one_line(quick_start, tmp_path):
+    tmp, dirs, _ = quick_start
+    os.makedirs(tmp_path / "empty")
+    import hyperparams
+    hyperparams.save_hparams(hyperparams.preset("sample"), str(tmp_path / "empty"))
+    none = run_script("eval.py", "--logdir", str(tmp_path / "empty"))
+    assert none.returncode == 2 and "Traceback" not in none.stderr
+    assert "no checkpoint; train first" in none.stderr and len(none.stderr.strip().splitlines()) == 1
+    wrong = run_script("eval.py", *dirs, "--d_model", "32")
+    assert wrong.returncode == 2 and "checkpoint of a different model: d_model 64 (settings say 32)" in wrong.stderr
+    mixed = run_script("train.py", *dirs, "--d_model", "32")
+    assert mixed.returncode == 2 and "holds a run with other settings" in mixed.stderr
+
+
+def test_reference_outputs_score_as_published():
+    """Our scoring, on the reference's own tst2013/tst2014 translations, gives its published figures."""
+    data = os.path.join(SHARED, "data")
+    if not os.path.isdir(data):
+        pytest.skip("../shared is not beside the project")
+    import eval as evaluation
+    import prepro
+
+    cases = (("iwslt2016_E19L2.64B28.06", "tst2013", 28.06, 33.07),
+             ("iwslt2016_E19L2.64-29146B23.88", "tst2014", 23.88, 27.84))
+    for name, tst, reference_way, sacre in cases:
+        hyps = evaluation.read_hypotheses(os.path.join(data, "reference-outputs", name))
+        xml = os.path.join(data, "iwslt2017-en-de", f"IWSLT17.TED.{tst}.en-de.{{}}.xml")
+        _, refs = prepro.read_iwslt_pair(xml.format("de"), xml.format("en"))
+        scores = evaluation.bleu_scores(hyps, refs)
+        assert round(scores["reference"], 2) == reference_way
+        assert round(scores["sacrebleu"], 2) == sacre
