@@ -155,3 +155,24 @@ def test_prepro_command_line(tmp_path, tiny_corpus):
     missing = run_script("prepro.py", "--data_dir", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "missing corpus files train.de[.gz], train.en[.gz]" in missing.stderr
+
+
+def test_download_checks_checksums(tmp_path, monkeypatch):
+    """The download path, served from a local file:// mirror: good files land, a bad one is refused."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    digests = {}
+    for name in ("train.de.gz", "train.en.gz"):
+        data = gzip.compress(b"Hallo.\n")
+        (mirror / name).write_bytes(data)
+        digests[name] = __import__("hashlib").sha256(data).hexdigest()
+    monkeypatch.setattr(prepro, "MULTI30K_URL", mirror.as_uri() + "/{}")
+    monkeypatch.setattr(prepro, "MULTI30K_SHA256", digests)
+    hp = hyperparams.Hparams(data_dir=str(tmp_path / "data"))
+    prepro.download(hp)
+    assert sorted(os.listdir(tmp_path / "data")) == ["train.de.gz", "train.en.gz"]
+    (mirror / "train.en.gz").write_bytes(b"tampered")
+    os.remove(tmp_path / "data" / "train.en.gz")
+    with pytest.raises(UserError, match="sha256 .* is not the expected"):
+        prepro.download(hp)
+    assert not os.path.exists(tmp_path / "data" / "train.en.gz")  # the damaged file is not left behind
