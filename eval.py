@@ -7,7 +7,8 @@ Reads the settings saved by training from <logdir>/hparams.json, loads the newes
 <logdir>/ckpt (or --ckpt), writes <logdir>/results/<split>_<checkpoint>B<bleu>.txt with source /
 expected / got for every sentence and the scores at its end, and prints BLEU two ways:
 sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way (multi-bleu.perl on
-cased, whitespace-split text = sacreBLEU with tokenize="none").
+cased, whitespace-split text = sacreBLEU with tokenize="none"). Decoding is greedy, or beam search
+with --beam_size K and length penalty --alpha.
 """
 import os
 import re
@@ -89,10 +90,26 @@ def load_checkpoint(path, hp):
     return m
 
 
-def translate(model, sp, src_seqs, tokens_per_batch, desc="translate"):
-    """Greedy translations of source id sequences, in their order.
+def load_trained(hp, ckpt=None, preset="sample"):
+    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary.
 
-    Batches are formed by length (every sentence, however long) and put back in order.
+    Returns:
+      (model, sentencepiece processor, checkpoint path).
+    """
+    if ckpt is None:
+        found = checkpoints(hp.logdir)
+        if not found:
+            raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
+                            f"(python train.py --preset {preset}) or pass --ckpt")
+        ckpt = found[-1][1]
+    return load_checkpoint(ckpt, hp), data_load.load_vocab(hp.prepro_dir), ckpt
+
+
+def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate"):
+    """Translations of source id sequences, in their order: greedy (cached) or beam search.
+
+    Batches are formed by length (every sentence, however long) and put back in order; beam
+    search divides the token budget by the beam size.
     """
     lens = [len(s) + 1 for s in src_seqs]
     if model.positional == "learned" and max(lens, default=0) > model.maxlen1:
@@ -100,12 +117,23 @@ def translate(model, sp, src_seqs, tokens_per_batch, desc="translate"):
         raise UserError(f"sentence {i + 1} has {lens[i]} tokens but a model with learned positions takes "
                         f"at most maxlen1 {model.maxlen1}: shorten or split it")
     out = [None] * len(src_seqs)
-    batches = data_load.eval_batches(lens, tokens_per_batch, sort=True)
+    batches = data_load.eval_batches(lens, max(tokens_per_batch // beam_size, 1), sort=True)
     for idx in tqdm(batches, desc=desc, unit="batch", leave=False):
-        ids = model.greedy_decode(data_load.encoder_inputs([src_seqs[i] for i in idx]))
+        x = data_load.encoder_inputs([src_seqs[i] for i in idx])
+        ids = model.greedy_decode(x) if beam_size == 1 else model.beam_search(x, beam_size, alpha)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text
     return out
+
+
+def add_decoding_arguments(parser):
+    parser.add_argument("--beam_size", type=int, default=1, help="1: greedy decoding")
+    parser.add_argument("--alpha", type=float, default=0.6,
+                        help="beam search length penalty exponent, ((5 + length) / 6) ** alpha")
+
+
+def decoding_name(beam_size, alpha):
+    return "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
 
 
 def write_results(path, sources, references, hypotheses, score_text):
@@ -121,32 +149,28 @@ def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
         parser.add_argument("--split", default="test", choices=("dev", "test"))
+        add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
     hp = hyperparams.settings_for_logdir(hp, overrides)
 
     section("Load model")
-    ckpt = args.ckpt
-    if ckpt is None:
-        found = checkpoints(hp.logdir)
-        if not found:
-            raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
-                            f"(python train.py --preset {args.preset}) or pass --ckpt")
-        ckpt = found[-1][1]
-    model = load_checkpoint(ckpt, hp)
-    sp = data_load.load_vocab(hp.prepro_dir)
+    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset)
     print(f"checkpoint {ckpt}")
 
     section(f"Translate the {args.split} split")
     src, _ = data_load.load_split(hp.prepro_dir, args.split)
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
-    hypotheses = translate(model, sp, src, hp.eval_tokens_per_batch, desc=args.split)
+    if args.beam_size < 1:
+        raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
+    hypotheses = translate(model, sp, src, hp.eval_tokens_per_batch, args.beam_size, args.alpha, desc=args.split)
 
     section("Score")
     scores = bleu_scores(hypotheses, references)
-    text = format_scores(scores, args.split, extra=", greedy")
+    text = format_scores(scores, args.split, extra=", " + decoding_name(args.beam_size, args.alpha))
     name = os.path.basename(ckpt)[:-len(".keras")]
-    path = os.path.join(hp.logdir, "results", f"{args.split}_{name}B{scores['sacrebleu']:.2f}.txt")
+    tag = "" if args.beam_size == 1 else f"_beam{args.beam_size}a{args.alpha:g}"
+    path = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['sacrebleu']:.2f}.txt")
     write_results(path, sources, references, hypotheses, text)
     print(f"wrote {len(hypotheses)} translations to {path}")
     print(text)

@@ -10,7 +10,7 @@ import numpy as np
 from keras import ops
 
 from modules import (PACKAGE, DecoderBlock, EncoderBlock, LabelSmoothedCrossEntropy,
-                     PositionalEncoding, TokenEmbedding, WarmupInverseSqrt)
+                     PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
 # The first greedy step attends over one key; Keras warns about a softmax over an axis of size 1.
@@ -63,50 +63,200 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source, training=training)  # (N, T1, d)
         return self.decode(target_in, memory, source_mask, training=training)  # (N, T2, V)
 
-    def greedy_decode(self, source, max_len=None):
+    # Decoding. Shapes: K beam size, L the most output tokens (the cache length).
+
+    def default_max_len(self, source_length):
+        """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10."""
+        max_len = int(1.5 * source_length) + 10
+        return min(max_len, self.maxlen2) if self.positional == "learned" else max_len
+
+    def start_decoding(self, source, max_len, repeat=1):
+        """Encode once; compute every cross-attention's keys/values once; empty self-attention caches.
+
+        Args:
+          source: (N, T1) ids.
+          max_len: L, the cache length.
+          repeat: K, copies of each sentence (beam search), adjacent.
+
+        Returns:
+          (memory_kv, source_bias, caches) for `decode_step`; rows are N*K.
+        """
+        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
+        source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1], memory.dtype)  # (N, 1, 1, T1)
+        if repeat > 1:
+            memory = ops.repeat(memory, repeat, axis=0)  # (N*K, T1, d)
+            source_bias = ops.repeat(source_bias, repeat, axis=0)  # (N*K, 1, 1, T1)
+        memory_kv = [block.cross_attention.memory_heads(memory) for block in self.decoder_blocks]
+        shape = (ops.shape(memory)[0], self.num_heads, max_len, self.d_model // self.num_heads)
+        caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
+                  for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each
+        return memory_kv, source_bias, caches
+
+    def decode_step(self, tokens, step, memory_kv, source_bias, caches):
+        """One decoding step with caches: the previous tokens (N,) at position `step` ->
+        log-probabilities of the next token (N, V) and the updated caches."""
+        y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N, 1, d)
+        new_caches = []
+        for block, kv, (cache_k, cache_v) in zip(self.decoder_blocks, memory_kv, caches):
+            y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step)  # (N, 1, d)
+            new_caches.append((cache_k, cache_v))
+        logits = self.embedding.project(y)[:, 0]  # (N, V)
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N, V)
+
+    def last_log_probs(self, target_in, memory, source_mask):
+        """Uncached step, the reference's way: the whole decoder over the prefix (N, t) ->
+        log-probabilities of the next token (N, V)."""
+        logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (N, V)
+
+    @staticmethod
+    def reorder_caches(caches, rows):
+        """Caches of the hypotheses kept by beam search: rows (N*K,) of each (N*K, h, L, d_k)."""
+        return [(ops.take(k, rows, axis=0), ops.take(v, rows, axis=0)) for k, v in caches]
+
+    def compiled_fn(self, name):
+        """`last_log_probs`, `decode_step` or `reorder_caches`, compiled once for all shapes where
+        the backend allows it.
+
+        On TensorFlow a tf.function with relaxed shapes: one trace serves every step and prefix
+        length, instead of running op by op in eager mode. Other backends run eagerly.
+        """
+        cache = self.__dict__.setdefault("_compiled_fns", {})
+        if name not in cache:
+            fn = getattr(self, name)
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+                fn = tf.function(fn, reduce_retracing=True)
+            cache[name] = fn
+        return cache[name]
+
+    def greedy_decode(self, source, max_len=None, min_len=0, cached=True, return_scores=False):
         """Translate a batch greedily, stopping once every sentence has produced </s>.
 
         Args:
           source: (N, T1) ids (with </s>, right-padded).
-          max_len: most output tokens; default 1.5 * T1 + 10.
+          max_len: most output tokens; default `default_max_len(T1)`.
+          min_len: </s> is not allowed before this many tokens (benchmarks force lengths with it).
+          cached: decode one token per step with key/value caches; False re-runs the whole
+            decoder over the prefix at every step, as the reference does.
+          return_scores: also return each output's log-probability.
 
         Returns:
-          (N, L) int32 NumPy array: the output ids, </s> included, <pad> after it.
+          (N, L') int32 NumPy array: the output ids, </s> included, <pad> after it
+          [, (N,) float log-probabilities].
         """
         source = ops.convert_to_tensor(source, "int32")
-        n, t1 = ops.shape(source)[0], ops.shape(source)[1]
-        max_len = int(1.5 * t1) + 10 if max_len is None else max_len
-        if self.positional == "learned":
-            max_len = min(max_len, self.maxlen2)
-        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-        decode = self.compiled_decode()
+        n = int(ops.shape(source)[0])
+        max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
+        if cached:
+            memory_kv, source_bias, caches = self.start_decoding(source, max_len)
+            step_fn = self.compiled_fn("decode_step")
+        else:
+            memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
+            prefix_fn = self.compiled_fn("last_log_probs")
         target_in = np.full((n, 1), BOS, np.int32)  # (N, 1)
         finished = np.zeros(n, bool)  # (N,)
+        scores = np.zeros(n, np.float64)  # (N,)
         outputs = []
-        for _ in range(max_len):
-            logits = decode(ops.convert_to_tensor(target_in), memory, source_mask)  # (N, t, V)
-            next_ids = ops.convert_to_numpy(ops.argmax(logits[:, -1], axis=-1)).astype(np.int32)  # (N,)
+        for t in range(max_len):
+            if cached:
+                log_probs, caches = step_fn(ops.convert_to_tensor(target_in[:, -1]), ops.convert_to_tensor(t, "int32"),
+                                            memory_kv, source_bias, caches)  # (N, V)
+            else:
+                log_probs = prefix_fn(ops.convert_to_tensor(target_in), memory, source_mask)  # (N, V)
+            log_probs = ops.convert_to_numpy(log_probs)
+            if t < min_len:
+                log_probs[:, EOS] = -np.inf
+            next_ids = log_probs.argmax(-1).astype(np.int32)  # (N,)
+            scores += np.where(finished, 0.0, log_probs[np.arange(n), next_ids])
             next_ids[finished] = PAD
             outputs.append(next_ids)
             finished |= next_ids == EOS
             if finished.all():
                 break
             target_in = np.concatenate([target_in, next_ids[:, None]], axis=1)  # (N, t+1)
-        return np.stack(outputs, axis=1)  # (N, L)
+        ids = np.stack(outputs, axis=1)  # (N, L')
+        return (ids, scores) if return_scores else ids
 
-    def compiled_decode(self):
-        """self.decode for inference, compiled once for all shapes where the backend allows it.
+    def beam_search(self, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, return_scores=False):
+        """Batched beam search with the GNMT length penalty ((5 + length) / 6) ** alpha.
 
-        On TensorFlow a tf.function with relaxed shapes: one trace serves every prefix length,
-        instead of running the decoder op by op in eager mode.
+        Each step extends the K open hypotheses of every sentence, keeps the 2K best candidates,
+        moves those that end in </s> among the best K to the finished ones, and keeps the best K
+        others open. A sentence stops once the best score any open hypothesis could still reach
+        (its log-probability over the penalty at max_len) cannot beat its best finished one.
+        With beam_size 1 and alpha 0 this is greedy decoding.
+
+        Args:
+          source: (N, T1) ids.
+          beam_size: K.
+          alpha: length penalty exponent; 0 ranks by log-probability alone.
+          max_len, min_len: as in greedy_decode.
+          return_scores: also return each output's log-probability (without the penalty).
+
+        Returns:
+          (N, L') int32 ids, </s> included, <pad> after it [, (N,) log-probabilities].
         """
-        if getattr(self, "_compiled_decode", None) is None:
-            fn = lambda target_in, memory, source_mask: self.decode(target_in, memory, source_mask, training=False)
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
-                fn = tf.function(fn, reduce_retracing=True)
-            self._compiled_decode = fn
-        return self._compiled_decode
+        source = ops.convert_to_tensor(source, "int32")
+        n, k = int(ops.shape(source)[0]), beam_size
+        max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
+        penalty = lambda length: ((5.0 + length) / 6.0) ** alpha
+        memory_kv, source_bias, caches = self.start_decoding(source, max_len, repeat=k)
+        step_fn, reorder_fn = self.compiled_fn("decode_step"), self.compiled_fn("reorder_caches")
+
+        alive_scores = np.full((n, k), -np.inf)  # (N, K) log-probabilities of the open hypotheses
+        alive_scores[:, 0] = 0.0  # the K copies start as one <s>
+        alive_seqs = np.zeros((n, k, 0), np.int32)  # (N, K, t)
+        tokens = np.full(n * k, BOS, np.int32)  # (N*K,)
+        best = [None] * n  # per sentence: (normalized score, log-probability, ids) of the best finished
+        done = np.zeros(n, bool)
+        rows = np.arange(n)[:, None]
+        for t in range(max_len):
+            log_probs, caches = step_fn(ops.convert_to_tensor(tokens), ops.convert_to_tensor(t, "int32"),
+                                        memory_kv, source_bias, caches)
+            log_probs = ops.convert_to_numpy(log_probs).reshape(n, k, -1)  # (N, K, V)
+            if t < min_len:
+                log_probs[..., EOS] = -np.inf
+            vocab = log_probs.shape[-1]
+            candidates = (alive_scores[:, :, None] + log_probs).reshape(n, k * vocab)  # (N, K*V)
+            top = np.argpartition(-candidates, 2 * k, axis=1)[:, :2 * k]  # (N, 2K)
+            top = np.take_along_axis(top, np.argsort(-np.take_along_axis(candidates, top, 1), 1, kind="stable"), 1)
+            top_scores = np.take_along_axis(candidates, top, 1)  # (N, 2K), best first
+            top_beams, top_tokens = top // vocab, (top % vocab).astype(np.int32)  # (N, 2K)
+            is_eos = top_tokens == EOS
+            # 1. finished: </s> among the best K candidates
+            for i, j in zip(*np.nonzero(is_eos[:, :k] & ~done[:, None])):
+                normalized = top_scores[i, j] / penalty(t + 1)
+                if best[i] is None or normalized > best[i][0]:
+                    best[i] = (normalized, top_scores[i, j], np.append(alive_seqs[i, top_beams[i, j]], EOS))
+            # 2. open: the best K candidates that do not end in </s>
+            order = np.argsort(is_eos, axis=1, kind="stable")[:, :k]  # (N, K) non-</s> first, by score
+            beams = np.take_along_axis(top_beams, order, 1)  # (N, K)
+            alive_scores = np.take_along_axis(top_scores, order, 1)  # (N, K)
+            alive_seqs = np.concatenate([alive_seqs[rows, beams], np.take_along_axis(top_tokens, order, 1)[..., None]],
+                                        axis=2)  # (N, K, t+1)
+            # 3. done: no open hypothesis can beat the best finished one (log-probs only fall, the
+            #    penalty peaks at max_len)
+            bound = alive_scores.max(axis=1) / penalty(max_len)  # (N,)
+            for i in np.nonzero(~done)[0]:
+                if best[i] is not None and bound[i] <= best[i][0]:
+                    done[i] = True
+            alive_scores[done] = -np.inf
+            if done.all():
+                break
+            tokens = alive_seqs[:, :, -1].reshape(-1)  # (N*K,)
+            caches = reorder_fn(caches, ops.convert_to_tensor((rows * k + beams).reshape(-1), "int32"))
+        results = []
+        for i in range(n):
+            if best[i] is None:  # nothing finished within max_len: the best open hypothesis
+                j = int(np.argmax(alive_scores[i]))
+                best[i] = (None, alive_scores[i, j], alive_seqs[i, j])
+            results.append(best[i])
+        ids = np.full((n, max(len(r[2]) for r in results)), PAD, np.int32)
+        for i, (_, _, seq) in enumerate(results):
+            ids[i, :len(seq)] = seq
+        scores = np.array([r[1] for r in results])
+        return (ids, scores) if return_scores else ids
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,

@@ -55,13 +55,13 @@ class TokenEmbedding(keras.layers.Layer):
                 "pad_id": self.pad_id}
 
 
-def sinusoid(length, d_model, dtype="float32"):
-    """Sinusoid positional encoding (section 3.5) as a tensor (length, d).
+def sinusoid(length, d_model, dtype="float32", start=0):
+    """Sinusoid positional encoding (section 3.5) of positions start..start+length-1: (length, d).
 
     PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)): the exponent
     uses 2 * (j // 2) for dimension j, so each sin/cos pair shares one frequency.
     """
-    pos = ops.cast(ops.arange(length), "float32")  # (T,)
+    pos = ops.cast(ops.arange(length) + start, "float32")  # (T,)
     j = np.arange(d_model)
     inv_freq = ops.convert_to_tensor(10000.0 ** (-(2 * (j // 2)) / d_model), "float32")  # (d,)
     angles = ops.expand_dims(pos, 1) * ops.expand_dims(inv_freq, 0)  # (T, d)
@@ -95,9 +95,9 @@ class PositionalEncoding(keras.layers.Layer):
         """x (N, T, d) -> x + PE[start:start+T] (N, T, d)."""
         length = ops.shape(x)[1]
         if self.kind == "sinusoid":
-            pe = sinusoid(start + length, self.d_model, x.dtype)[start:]  # (T, d)
+            pe = sinusoid(length, self.d_model, x.dtype, start)  # (T, d)
         else:
-            pe = ops.cast(self.table[start:start + length], x.dtype)  # (T, d)
+            pe = ops.cast(ops.take(self.table, ops.arange(length) + start, axis=0), x.dtype)  # (T, d)
         return x + ops.expand_dims(pe, 0)  # (N, T, d)
 
     def get_config(self):
@@ -177,20 +177,49 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         # 1. project and split into heads
         q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
-        k = self.split_heads(self.key_dense(memory))  # (N, h, Tk, d_k)
-        v = self.split_heads(self.value_dense(memory))  # (N, h, Tk, d_k)
-        # 2. scaled dot products, masked
+        k, v = self.memory_heads(memory)  # (N, h, Tk, d_k) each
+        # 2. masks as an additive bias
+        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2], q.dtype)
+        # 3. attend
+        return self.attend(q, k, v, bias, training=training)  # (N, Tq, d)
+
+    def memory_heads(self, memory):
+        """Keys and values of memory (N, Tk, d), split into heads: two (N, h, Tk, d_k)."""
+        return self.split_heads(self.key_dense(memory)), self.split_heads(self.value_dense(memory))
+
+    def attend(self, q, k, v, bias=None, training=None):
+        """Scaled dot-product attention of heads q (N, h, Tq, d_k) over k, v (N, h, Tk, d_k),
+        with an additive bias broadcastable to (N, h, Tq, Tk); returns (N, Tq, d)."""
         logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) / math.sqrt(self.d_k)  # (N, h, Tq, Tk)
-        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2], logits.dtype)
         if bias is not None:
             logits = logits + bias  # (N, h, Tq, Tk)
         weights = ops.softmax(logits, axis=-1)  # (N, h, Tq, Tk)
         weights = self.dropout(weights, training=training)  # (N, h, Tq, Tk)
-        # 3. weighted sum, heads joined, output projection
         out = ops.matmul(weights, v)  # (N, h, Tq, d_k)
         out = ops.transpose(out, (0, 2, 1, 3))  # (N, Tq, h, d_k)
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.d_model))  # (N, Tq, d)
         return self.output_dense(out)  # (N, Tq, d)
+
+    def self_attention_step(self, x, cache_k, cache_v, step):
+        """Causal self-attention of one new position over the cached earlier ones.
+
+        Args:
+          x: (N, 1, d) the new position's input.
+          cache_k, cache_v: (N, h, L, d_k) keys/values of positions < step (L: the most steps).
+          step: int scalar, the new position's index.
+
+        Returns:
+          output (N, 1, d), and the caches with position `step` written.
+        """
+        q = self.split_heads(self.query_dense(x))  # (N, h, 1, d_k)
+        k, v = self.memory_heads(x)  # (N, h, 1, d_k) each
+        start = (0, 0, step, 0)
+        cache_k = ops.slice_update(cache_k, start, ops.cast(k, cache_k.dtype))  # (N, h, L, d_k)
+        cache_v = ops.slice_update(cache_v, start, ops.cast(v, cache_v.dtype))  # (N, h, L, d_k)
+        seen = ops.less_equal(ops.arange(ops.shape(cache_k)[2]), step)  # (L,)
+        bias = ops.where(seen, ops.zeros((), q.dtype), ops.full((), NEG_INF, q.dtype))  # (L,)
+        out = self.attend(q, cache_k, cache_v, ops.reshape(bias, (1, 1, 1, -1)))  # (N, 1, d)
+        return out, cache_k, cache_v
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
@@ -320,6 +349,27 @@ class DecoderBlock(keras.layers.Layer):
         x = self.cross_attention_norm(x, c, training=training)  # (N, T2, d)
         f = self.feed_forward(x)  # (N, T2, d)
         return self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
+
+    def call_step(self, x, memory_kv, source_bias, cache_k, cache_v, step):
+        """One decoding position with cached keys/values (inference only).
+
+        Args:
+          x: (N, 1, d) the new position.
+          memory_kv: keys and values of the encoder output, (N, h, T1, d_k) each, computed once.
+          source_bias: (N, 1, 1, T1) additive bias from the source padding mask.
+          cache_k, cache_v: (N, h, L, d_k) this block's self-attention cache.
+          step: the position's index.
+
+        Returns:
+          (N, 1, d) and the updated caches.
+        """
+        a, cache_k, cache_v = self.self_attention.self_attention_step(x, cache_k, cache_v, step)  # (N, 1, d)
+        x = self.self_attention_norm(x, a)  # (N, 1, d)
+        c = self.cross_attention.attend(
+            self.cross_attention.split_heads(self.cross_attention.query_dense(x)), *memory_kv, source_bias)  # (N, 1, d)
+        x = self.cross_attention_norm(x, c)  # (N, 1, d)
+        x = self.feed_forward_norm(x, self.feed_forward(x))  # (N, 1, d)
+        return x, cache_k, cache_v
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,

@@ -37,3 +37,34 @@ def run_script(*args, cwd=ROOT, timeout=600):
     """Run one of the project's scripts with this interpreter; returns the CompletedProcess."""
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def copy_model():
+    """A tiny Transformer trained on the copy task, and the batch maker it learned from."""
+    import keras
+    import numpy as np
+
+    import hyperparams
+    import model as transformer
+    from data_load import BOS, EOS
+
+    keras.utils.set_random_seed(0)
+    hp = hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0,
+                             lr=3e-3, warmup_steps=100, smoothing=0.0)
+    m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
+    rng = np.random.default_rng(0)
+
+    def batch(n):
+        lens = rng.integers(2, 7, n)
+        x, d, y = (np.zeros((n, 8), np.int32) for _ in range(3))
+        for i, k in enumerate(lens):
+            s = rng.integers(4, 14, k)
+            x[i, :k + 1] = np.append(s, EOS)
+            d[i, :k + 1] = np.insert(s, 0, BOS)
+            y[i, :k + 1] = np.append(s, EOS)
+        return x, d, y
+
+    x, d, y = batch(64 * 250)
+    m.fit((x, d), y, batch_size=64, epochs=2, verbose=0, shuffle=False)
+    return m, batch

@@ -84,3 +84,40 @@ def test_reference_outputs_score_as_published():
         scores = evaluation.bleu_scores(hyps, refs)
         assert round(scores["reference"], 2) == reference_way
         assert round(scores["sacrebleu"], 2) == sacre
+
+
+def test_translate_round_trip(quick_start, tmp_path):
+    """stdin -> stdout on the sample model: one line out per line in, empty lines kept."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    tmp, dirs, _ = quick_start
+    text = "Ein Mann fährt Fahrrad.\n\nDie Frau trinkt Kaffee.\n"
+    run = subprocess.run([sys.executable, "translate.py", *dirs], input=text, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.split("\n")
+    assert len(lines) == 4 and lines[3] == ""  # three lines, each ended by a newline
+    assert lines[0] and lines[1] == "" and lines[2]
+    # a file in, a file out, beam search, and a line longer than maxlen1 split with a note
+    long_line = " ".join(["Der Hund schläft im Garten."] * 12)
+    (tmp_path / "in.de").write_text(f"Das Kind liest ein Buch.\n{long_line}\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "translate.py", *dirs, "--beam_size", "4", "--input",
+                          str(tmp_path / "in.de"), "--output", str(tmp_path / "out.en")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = (tmp_path / "out.en").read_text(encoding="utf-8").splitlines()
+    assert len(out) == 2 and all(out)
+    assert "in.de:2:" in run.stderr and "translated in" in run.stderr
+
+
+def test_split_long_keeps_every_token(quick_start):
+    import sentencepiece as spm
+
+    import translate
+    sp = spm.SentencePieceProcessor(model_file=str(quick_start[0] / "prepro" / "bpe.model"))
+    text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
+    pieces = translate.split_long(sp, text.strip(), 12)
+    assert all(len(p) <= 12 for p in pieces)
+    assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")

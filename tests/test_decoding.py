@@ -1,0 +1,49 @@
+"""Cached incremental decoding and beam search."""
+import numpy as np
+
+import hyperparams
+import model as transformer
+from data_load import EOS, PAD
+
+
+def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
+    m, batch = copy_model
+    x, _, _ = batch(50)
+    np.testing.assert_array_equal(m.greedy_decode(x, cached=True), m.greedy_decode(x, cached=False))
+    # an untrained model, forced to 12 tokens: every step's cached state matters
+    fresh = transformer.make_model(hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4), 30)
+    src = np.random.default_rng(1).integers(4, 30, (6, 9)).astype(np.int32)
+    a, sa = fresh.greedy_decode(src, max_len=12, min_len=12, cached=True, return_scores=True)
+    b, sb = fresh.greedy_decode(src, max_len=12, min_len=12, cached=False, return_scores=True)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(sa, sb, rtol=1e-4)
+    assert a.shape == (6, 12)
+
+
+def test_beam_size_one_is_greedy(copy_model):
+    m, batch = copy_model
+    x, _, _ = batch(50)
+    greedy, g_scores = m.greedy_decode(x, return_scores=True)
+    beam, b_scores = m.beam_search(x, beam_size=1, alpha=0.0, return_scores=True)
+    width = max(greedy.shape[1], beam.shape[1])
+    pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))
+    np.testing.assert_array_equal(pad(greedy), pad(beam))
+    np.testing.assert_allclose(g_scores, b_scores, rtol=1e-5)
+
+
+def test_beam_search_score_is_never_below_greedy(copy_model):
+    m, batch = copy_model
+    x, _, _ = batch(100)
+    _, g_scores = m.greedy_decode(x, return_scores=True)
+    _, b_scores = m.beam_search(x, beam_size=4, alpha=0.0, return_scores=True)
+    assert (b_scores >= g_scores - 1e-4).all()
+
+
+def test_beam_search_stops_at_eos_and_pads_after(copy_model):
+    m, batch = copy_model
+    x, _, y = batch(30)
+    out = m.beam_search(x, beam_size=3, alpha=0.6)
+    for row in out:
+        assert EOS in row
+        assert (row[list(row).index(EOS) + 1:] == PAD).all()
+    assert out.shape[1] <= 8 + 1  # it stopped long before max_len (1.5 * 8 + 10)
