@@ -90,18 +90,34 @@ def load_checkpoint(path, hp):
     return m
 
 
-def load_trained(hp, ckpt=None, preset="sample"):
+def load_trained(hp, ckpt=None, preset="sample", average_last=1):
     """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary.
 
+    With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
+
     Returns:
-      (model, sentencepiece processor, checkpoint path).
+      (model, sentencepiece processor, name of what was loaded).
     """
-    if ckpt is None:
-        found = checkpoints(hp.logdir)
-        if not found:
-            raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
-                            f"(python train.py --preset {preset}) or pass --ckpt")
-        ckpt = found[-1][1]
+    found = checkpoints(hp.logdir)
+    if ckpt is None and not found:
+        raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
+                        f"(python train.py --preset {preset}) or pass --ckpt")
+    if average_last > 1:
+        if ckpt is not None:
+            raise UserError("--average_last averages the newest checkpoints of --logdir: drop --ckpt")
+        if len(found) < average_last:
+            raise UserError(f"--average_last {average_last}: only {len(found)} checkpoints in "
+                            f"{os.path.join(hp.logdir, 'ckpt')} (keep more with --keep_checkpoints)")
+        paths = [p for _, p in found[-average_last:]]
+        model = load_checkpoint(paths[-1], hp)
+        total = [np.zeros_like(w, dtype=np.float64) for w in model.get_weights()]
+        for path in paths:
+            for acc, w in zip(total, load_checkpoint(path, hp).get_weights()):
+                acc += w
+        model.set_weights([(acc / len(paths)).astype(w.dtype) for acc, w in zip(total, model.get_weights())])
+        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{average_last}.keras"
+        return model, data_load.load_vocab(hp.prepro_dir), os.path.join(os.path.dirname(paths[-1]), name)
+    ckpt = found[-1][1] if ckpt is None else ckpt
     return load_checkpoint(ckpt, hp), data_load.load_vocab(hp.prepro_dir), ckpt
 
 
@@ -149,13 +165,15 @@ def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
         parser.add_argument("--split", default="test", choices=("dev", "test"))
+        parser.add_argument("--average_last", type=int, default=1,
+                            help="average the weights of the newest N epoch checkpoints")
         add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
     hp = hyperparams.settings_for_logdir(hp, overrides)
 
     section("Load model")
-    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset)
-    print(f"checkpoint {ckpt}")
+    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset, args.average_last)
+    print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
 
     section(f"Translate the {args.split} split")
     src, _ = data_load.load_split(hp.prepro_dir, args.split)

@@ -121,3 +121,13 @@ def test_split_long_keeps_every_token(quick_start):
     pieces = translate.split_long(sp, text.strip(), 12)
     assert all(len(p) <= 12 for p in pieces)
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
+
+
+def test_eval_beam_search_and_checkpoint_averaging(quick_start):
+    tmp, dirs, _ = quick_start
+    run = run_script("eval.py", *dirs, "--beam_size", "4", "--average_last", "3")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "mean of the newest 3" in run.stdout
+    assert run.stdout.strip().splitlines()[-1].endswith(", beam 4, alpha 0.6)")
+    too_many = run_script("eval.py", *dirs, "--average_last", "9")
+    assert too_many.returncode == 2 and "only 5 checkpoints" in too_many.stderr
