@@ -17,6 +17,12 @@ PAD, BOS, EOS = 0, 2, 3
 warnings.filterwarnings("ignore", message="You are using a softmax over axis")
 
 
+def mask_eos(log_probs, allow_eos):
+    """log_probs (N, V) with </s> set to -inf unless allow_eos (a boolean scalar)."""
+    is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS)  # (V,)
+    return ops.where(ops.logical_and(is_eos, ops.logical_not(allow_eos)), -np.inf, log_probs)  # (N, V)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Transformer(keras.Model):
     """Encoder-decoder Transformer (section 3) for translation.
@@ -103,11 +109,34 @@ class Transformer(keras.Model):
         logits = self.embedding.project(y)[:, 0]  # (N, V)
         return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N, V)
 
-    def last_log_probs(self, target_in, memory, source_mask):
-        """Uncached step, the reference's way: the whole decoder over the prefix (N, t) ->
-        log-probabilities of the next token (N, V)."""
+    @staticmethod
+    def greedy_choice(log_probs, allow_eos):
+        """The most likely next token (N,) and its log-probability (N,), </s> barred unless allowed."""
+        log_probs = mask_eos(log_probs, allow_eos)  # (N, V)
+        next_ids = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,)
+        return next_ids, ops.take_along_axis(log_probs, ops.expand_dims(next_ids, 1), axis=1)[:, 0]
+
+    def greedy_step(self, tokens, step, allow_eos, memory_kv, source_bias, caches):
+        """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
+        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches)  # (N, V)
+        return (*self.greedy_choice(log_probs, allow_eos), caches)
+
+    def uncached_greedy_step(self, target_in, memory, source_mask, allow_eos):
+        """The reference's step: the whole decoder over the prefix (N, t), logits for every position,
+        the last one used -> (next ids (N,), their log-probabilities (N,))."""
         logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (N, V)
+        return self.greedy_choice(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
+
+    def beam_step(self, tokens, step, allow_eos, alive_scores, memory_kv, source_bias, caches, beam_size):
+        """Cached beam step: extend the K open hypotheses of each sentence by every token and keep
+        the 2K best -> (scores (N, 2K), flat indices beam * V + token (N, 2K), caches).
+        beam_size (K) is a Python int: fixed for a trace."""
+        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches)  # (N*K, V)
+        log_probs = mask_eos(log_probs, allow_eos)  # (N*K, V)
+        n, k = ops.shape(alive_scores)[0], ops.shape(alive_scores)[1]
+        candidates = ops.reshape(log_probs, (n, k, -1)) + ops.expand_dims(alive_scores, -1)  # (N, K, V)
+        scores, indices = ops.top_k(ops.reshape(candidates, (n, -1)), 2 * beam_size)  # (N, 2K)
+        return scores, ops.cast(indices, "int32"), caches
 
     @staticmethod
     def reorder_caches(caches, rows):
@@ -115,8 +144,8 @@ class Transformer(keras.Model):
         return [(ops.take(k, rows, axis=0), ops.take(v, rows, axis=0)) for k, v in caches]
 
     def compiled_fn(self, name):
-        """`last_log_probs`, `decode_step` or `reorder_caches`, compiled once for all shapes where
-        the backend allows it.
+        """`start_decoding`, `greedy_step`, `uncached_greedy_step`, `beam_step` or `reorder_caches`,
+        compiled once for all shapes where the backend allows it.
 
         On TensorFlow a tf.function with relaxed shapes: one trace serves every step and prefix
         length, instead of running op by op in eager mode. Other backends run eagerly.
@@ -149,26 +178,24 @@ class Transformer(keras.Model):
         n = int(ops.shape(source)[0])
         max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
         if cached:
-            memory_kv, source_bias, caches = self.start_decoding(source, max_len)
-            step_fn = self.compiled_fn("decode_step")
+            memory_kv, source_bias, caches = self.compiled_fn("start_decoding")(source, max_len)
+            step_fn = self.compiled_fn("greedy_step")
         else:
             memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-            prefix_fn = self.compiled_fn("last_log_probs")
+            step_fn = self.compiled_fn("uncached_greedy_step")
         target_in = np.full((n, 1), BOS, np.int32)  # (N, 1)
         finished = np.zeros(n, bool)  # (N,)
         scores = np.zeros(n, np.float64)  # (N,)
         outputs = []
         for t in range(max_len):
+            allow_eos = ops.convert_to_tensor(t >= min_len)
             if cached:
-                log_probs, caches = step_fn(ops.convert_to_tensor(target_in[:, -1]), ops.convert_to_tensor(t, "int32"),
-                                            memory_kv, source_bias, caches)  # (N, V)
+                next_ids, chosen, caches = step_fn(ops.convert_to_tensor(target_in[:, -1]), ops.convert_to_tensor(t, "int32"),
+                                                   allow_eos, memory_kv, source_bias, caches)  # (N,), (N,)
             else:
-                log_probs = prefix_fn(ops.convert_to_tensor(target_in), memory, source_mask)  # (N, V)
-            log_probs = ops.convert_to_numpy(log_probs)
-            if t < min_len:
-                log_probs[:, EOS] = -np.inf
-            next_ids = log_probs.argmax(-1).astype(np.int32)  # (N,)
-            scores += np.where(finished, 0.0, log_probs[np.arange(n), next_ids])
+                next_ids, chosen = step_fn(ops.convert_to_tensor(target_in), memory, source_mask, allow_eos)  # (N,), (N,)
+            next_ids = ops.convert_to_numpy(next_ids).copy()  # (N,)
+            scores += np.where(finished, 0.0, ops.convert_to_numpy(chosen))
             next_ids[finished] = PAD
             outputs.append(next_ids)
             finished |= next_ids == EOS
@@ -201,8 +228,8 @@ class Transformer(keras.Model):
         n, k = int(ops.shape(source)[0]), beam_size
         max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
         penalty = lambda length: ((5.0 + length) / 6.0) ** alpha
-        memory_kv, source_bias, caches = self.start_decoding(source, max_len, repeat=k)
-        step_fn, reorder_fn = self.compiled_fn("decode_step"), self.compiled_fn("reorder_caches")
+        memory_kv, source_bias, caches = self.compiled_fn("start_decoding")(source, max_len, k)
+        step_fn, reorder_fn = self.compiled_fn("beam_step"), self.compiled_fn("reorder_caches")
 
         alive_scores = np.full((n, k), -np.inf)  # (N, K) log-probabilities of the open hypotheses
         alive_scores[:, 0] = 0.0  # the K copies start as one <s>
@@ -211,17 +238,13 @@ class Transformer(keras.Model):
         best = [None] * n  # per sentence: (normalized score, log-probability, ids) of the best finished
         done = np.zeros(n, bool)
         rows = np.arange(n)[:, None]
+        vocab = self.vocab_size
         for t in range(max_len):
-            log_probs, caches = step_fn(ops.convert_to_tensor(tokens), ops.convert_to_tensor(t, "int32"),
-                                        memory_kv, source_bias, caches)
-            log_probs = ops.convert_to_numpy(log_probs).reshape(n, k, -1)  # (N, K, V)
-            if t < min_len:
-                log_probs[..., EOS] = -np.inf
-            vocab = log_probs.shape[-1]
-            candidates = (alive_scores[:, :, None] + log_probs).reshape(n, k * vocab)  # (N, K*V)
-            top = np.argpartition(-candidates, 2 * k, axis=1)[:, :2 * k]  # (N, 2K)
-            top = np.take_along_axis(top, np.argsort(-np.take_along_axis(candidates, top, 1), 1, kind="stable"), 1)
-            top_scores = np.take_along_axis(candidates, top, 1)  # (N, 2K), best first
+            top_scores, top, caches = step_fn(
+                ops.convert_to_tensor(tokens), ops.convert_to_tensor(t, "int32"), ops.convert_to_tensor(t >= min_len),
+                ops.convert_to_tensor(alive_scores, "float32"), memory_kv, source_bias, caches, k)
+            top_scores = ops.convert_to_numpy(top_scores).astype(np.float64)  # (N, 2K), best first
+            top = ops.convert_to_numpy(top)  # (N, 2K)
             top_beams, top_tokens = top // vocab, (top % vocab).astype(np.int32)  # (N, 2K)
             is_eos = top_tokens == EOS
             # 1. finished: </s> among the best K candidates

@@ -246,9 +246,13 @@ class FeedForward(keras.layers.Layer):
         self.outer.build(input_shape[:-1] + (self.d_ff,))
 
     def call(self, x):
-        """x (N, T, d) -> (N, T, d)."""
-        h = self.inner(x)  # (N, T, f)
-        return self.outer(h)  # (N, T, d)
+        """x (N, T, d) -> (N, T, d).
+
+        A kernel-size-1 convolution is a matmul with its (1, in, out) kernel; it is computed as
+        one, which costs less per call than the convolution op on the CPU (same weights).
+        """
+        h = ops.relu(ops.matmul(x, self.inner.kernel[0]) + self.inner.bias)  # (N, T, f)
+        return ops.matmul(h, self.outer.kernel[0]) + self.outer.bias  # (N, T, d)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}

@@ -64,9 +64,12 @@ def main(argv=None):
     parser.add_argument("--batch_sentences", type=int, default=64, help="sentences per batch")
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--prepro_dir", help="prepro.py's output (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     hp = hyperparams.preset(args.preset)
+    if args.prepro_dir:
+        hp.prepro_dir = args.prepro_dir
     import keras
 
     import model as transformer

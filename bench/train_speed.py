@@ -102,9 +102,12 @@ def main(argv=None):
     parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS))
     parser.add_argument("--steps", type=int, default=30,
                         help="batches per measurement, each trained on twice: untimed (tracing), then timed")
+    parser.add_argument("--prepro_dir", help="prepro.py's output (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     hp = hyperparams.preset(args.preset)
+    if args.prepro_dir:
+        hp.prepro_dir = args.prepro_dir
     import keras
 
     import model as transformer

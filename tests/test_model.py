@@ -41,11 +41,11 @@ def test_greedy_decode_stops_at_eos_and_pads_after():
     m, _ = tiny()
     script = np.array([[7, EOS, 9, 9, 9], [8, 8, 8, EOS, 9]])  # what each row "predicts" per step
 
-    def fake_last_log_probs(target_in, memory, source_mask):
+    def fake_uncached_greedy_step(target_in, memory, source_mask, allow_eos):
         t = target_in.shape[1]
-        return ops.convert_to_tensor(np.log(np.eye(14, dtype="float32")[script[:, t - 1]] + 1e-9))
+        return ops.convert_to_tensor(script[:, t - 1]), ops.zeros((2,))
 
-    m.__dict__["_compiled_fns"] = {"last_log_probs": fake_last_log_probs}  # run as is, not traced
+    m.__dict__["_compiled_fns"] = {"uncached_greedy_step": fake_uncached_greedy_step}  # run as is, not traced
     out = m.greedy_decode(np.array([[5, EOS], [6, EOS]]), max_len=5, cached=False)
     assert out.tolist() == [[7, EOS, PAD, PAD], [8, 8, 8, EOS]]  # stops once all are done
 

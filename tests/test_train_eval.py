@@ -128,6 +128,21 @@ def test_eval_beam_search_and_checkpoint_averaging(quick_start):
     run = run_script("eval.py", *dirs, "--beam_size", "4", "--average_last", "3")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "mean of the newest 3" in run.stdout
-    assert run.stdout.strip().splitlines()[-1].endswith(", beam 4, alpha 0.6)")
+    assert run.stdout.strip().splitlines()[-1].endswith(", beam 4, alpha 0.6")
     too_many = run_script("eval.py", *dirs, "--average_last", "9")
     assert too_many.returncode == 2 and "only 5 checkpoints" in too_many.stderr
+
+
+def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
+    tmp, _, _ = quick_start
+    prepro_dir = str(tmp / "prepro")
+    train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir)
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
+                        r"peak_rss_mb=\d+", train.stdout.strip().splitlines()[-1])
+    decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--length", "5",
+                        "--prepro_dir", prepro_dir)
+    assert decode.returncode == 0, decode.stderr[-2000:]
+    assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
+                        r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
+    assert "exactly 5 output tokens" in decode.stdout
