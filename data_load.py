@@ -202,10 +202,14 @@ class TrainBatches:
         rng = np.random.default_rng([self.seed, epoch])
         return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng)
 
-    def epoch(self, epoch):
-        """Yield ((x, decoder_input), labels) NumPy batches of `epoch`."""
-        for idx in self.plan(epoch):
+    def batches(self, batch_plan):
+        """Yield ((x, decoder_input), labels) NumPy batches of a plan."""
+        for idx in batch_plan:
             yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx])
+
+    def epoch(self, epoch):
+        """Yield the NumPy batches of `epoch`."""
+        return self.batches(self.plan(epoch))
 
     def target_tokens(self, batch_plan):
         """Real (unpadded) target tokens of each batch in a plan."""

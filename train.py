@@ -140,9 +140,7 @@ def main(argv=None):
     for epoch in range(start_epoch, hp.num_epochs):
         plan = train.plan(epoch)
         tokens = train.target_tokens(plan)
-        batches = lambda: (data_load.training_arrays([train.src[i] for i in idx], [train.tgt[i] for i in idx])
-                           for idx in plan)
-        dataset = data_load.tf_dataset(batches, len(plan))
+        dataset = data_load.tf_dataset(lambda: train.batches(plan), len(plan))
         progress = progress_callback(epoch, hp.num_epochs, tokens)
         history = model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
                             callbacks=[progress])

@@ -121,7 +121,7 @@ def main(argv=None):
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
                                    args.seed, hp.maxlen1, hp.maxlen2)
     plan = train.plan(0)[:args.steps]
-    bucketed = [data_load.training_arrays([train.src[i] for i in idx], [train.tgt[i] for i in idx]) for idx in plan]
+    bucketed = list(train.batches(plan))
     ref = reference_shaped(train.src, train.tgt, args.steps, args.seed)
     print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
           f"{hp.num_heads} heads, vocab {vocab_size}; token budget {hp.tokens_per_batch}")
