@@ -67,7 +67,7 @@ def load_text(prepro_dir, split, lang):
     path = os.path.join(prepro_dir, f"{split}.{lang}")
     if not os.path.isfile(path):
         raise UserError(f"{path}: not found; run `python prepro.py` with the same --prepro_dir first")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="\n") as f:  # lines end at \n only, as prepro wrote them
         return [line.rstrip("\n") for line in f]
 
 

@@ -12,6 +12,7 @@ with --beam_size K and length penalty --alpha.
 """
 import os
 import re
+import sys
 
 import numpy as np
 from tqdm import tqdm
@@ -142,6 +143,63 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     return out
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+
+
+def split_long(sp, text, max_tokens):
+    """Token ids of text, in pieces of at most max_tokens: cut at sentence ends, else between
+    words, else (a single very long word) anywhere."""
+    ids = sp.encode(text)
+    if len(ids) <= max_tokens:
+        return [ids]
+    units = []
+    for sentence in SENTENCE_END.split(text):
+        units += [sentence] if len(sp.encode(sentence)) <= max_tokens else sentence.split()
+    pieces, current = [], ""
+    for unit in units:
+        candidate = f"{current} {unit}".strip()
+        if len(sp.encode(candidate)) <= max_tokens:
+            current = candidate
+            continue
+        if current:
+            pieces.append(sp.encode(current))
+        unit_ids = sp.encode(unit)
+        if len(unit_ids) <= max_tokens:
+            current = unit
+        else:
+            pieces += [unit_ids[i:i + max_tokens] for i in range(0, len(unit_ids), max_tokens)]
+            current = ""
+    if current:
+        pieces.append(sp.encode(current))
+    return pieces
+
+
+
+def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",
+                    source=None):
+    """Translations of text lines, one per line, in order.
+
+    Empty lines give empty lines. A line longer than maxlen1 - 1 tokens (room for </s>) is cut by
+    split_long and its pieces are translated one by one and joined; with `source` (a name for
+    messages) a note on stderr says so. Batches are formed by tokens, so memory stays bounded.
+    """
+    pieces, owner = [], []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = split_long(sp, line.strip(), maxlen1 - 1)
+        if len(parts) > 1 and source:
+            print(f"note: {source}:{lineno}: {sum(map(len, parts))} tokens, longer than maxlen1 {maxlen1}: "
+                  f"translated in {len(parts)} pieces", file=sys.stderr)
+        pieces += parts
+        owner += [lineno - 1] * len(parts)
+    outputs = translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc) if pieces else []
+    translations = [""] * len(lines)
+    for i, text in zip(owner, outputs):
+        translations[i] = (translations[i] + " " + text).strip()
+    return translations
+
+
 def add_decoding_arguments(parser):
     parser.add_argument("--beam_size", type=int, default=1, help="1: greedy decoding")
     parser.add_argument("--alpha", type=float, default=0.6,
@@ -176,12 +234,13 @@ def main(argv=None):
     print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
 
     section(f"Translate the {args.split} split")
-    src, _ = data_load.load_split(hp.prepro_dir, args.split)
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
     if args.beam_size < 1:
         raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
-    hypotheses = translate(model, sp, src, hp.eval_tokens_per_batch, args.beam_size, args.alpha, desc=args.split)
+    hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
+                                 args.alpha, desc=args.split,
+                                 source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
     scores = bleu_scores(hypotheses, references)

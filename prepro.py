@@ -9,6 +9,9 @@ Reads (see Hparams.corpus):
   iwslt     the IWSLT 2016 (or 2017) TED release: train.tags.<pair>.<lang> with its tag lines
             dropped, and the <seg> texts of IWSLT1x.TED.<set>.<pair>.<lang>.xml; dev = tst2013,
             test = tst2014, as the reference.
+Every sentence is cleaned (`clean`): Unicode NFKC, byte-order marks and control characters dropped,
+whitespace runs made one space. A training pair with an empty side is dropped (and counted); dev and
+test keep every line, so references stay aligned.
 Writes to --prepro_dir: bpe.model/bpe.vocab (sentencepiece BPE, ids 0 <pad> 1 <unk> 2 <s> 3 </s>),
 <split>.npz (token ids of both sides), <split>.<lang> (the raw sentences, for BLEU) and meta.json.
 """
@@ -20,6 +23,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import unicodedata
 import urllib.request
 import xml.parsers.expat
 import zlib
@@ -55,6 +59,14 @@ IWSLT2016_INNER = "2016-01/texts/de/en/de-en.tgz"
 
 # Reading raw corpora
 
+def clean(text):
+    """One sentence as the model and BLEU see it: Unicode NFKC, no byte-order mark or control
+    characters, every run of whitespace (tabs, CR, U+2028, ...) one space, no space at the ends."""
+    text = unicodedata.normalize("NFKC", text.replace("\ufeff", ""))
+    text = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+    return " ".join(text.split())
+
+
 def read_lines(path):
     """Lines of a UTF-8 text file (gzipped if it ends in .gz), without line ends.
 
@@ -66,7 +78,8 @@ def read_lines(path):
         with opener(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                    lines.append(line.lstrip("\ufeff") if lineno == 1 else line)  # byte-order mark
                 except UnicodeDecodeError as e:
                     raise UserError(f"{path}:{lineno}: bytes that are not UTF-8 ({e.reason} at byte "
                                     f"{e.start}); convert the file to UTF-8 (e.g. iconv -t UTF-8)") from None
@@ -83,7 +96,7 @@ def read_parallel(src_path, tgt_path):
     if len(src) != len(tgt):
         raise UserError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be "
                         f"line-aligned translations of each other; check that both are complete")
-    return [s.strip() for s in src], [t.strip() for t in tgt]
+    return [clean(s) for s in src], [clean(t) for t in tgt]
 
 
 def read_iwslt_train(src_path, tgt_path):
@@ -98,8 +111,8 @@ def read_iwslt_train(src_path, tgt_path):
                             f"({tgt_path if s_tag else src_path}) has text: the files are not aligned; "
                             f"use the two files of one release")
         if not s_tag:
-            src_text.append(s.strip())
-            tgt_text.append(t.strip())
+            src_text.append(clean(s))
+            tgt_text.append(clean(t))
     if len(src) != len(tgt):
         raise UserError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be "
                         f"line-aligned; check that both are complete")
@@ -124,7 +137,7 @@ def read_iwslt_xml(path):
     def end(name):
         if name == "seg" and stack:
             key, parts, line = stack.pop()
-            segs.append((key, " ".join("".join(parts).split()), line))
+            segs.append((key, clean("".join(parts)), line))
 
     def text(data):
         if stack:

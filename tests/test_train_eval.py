@@ -115,10 +115,10 @@ def test_translate_round_trip(quick_start, tmp_path):
 def test_split_long_keeps_every_token(quick_start):
     import sentencepiece as spm
 
-    import translate
+    import eval as evaluation
     sp = spm.SentencePieceProcessor(model_file=str(quick_start[0] / "prepro" / "bpe.model"))
     text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
-    pieces = translate.split_long(sp, text.strip(), 12)
+    pieces = evaluation.split_long(sp, text.strip(), 12)
     assert all(len(p) <= 12 for p in pieces)
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
 
@@ -146,3 +146,22 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
                         r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
     assert "exactly 5 output tokens" in decode.stdout
+
+
+def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
+    """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""
+    tmp, dirs, _ = quick_start
+    long_line = "Der Hund schläft im Garten, und die Katze spielt mit einem Ball. " * 300  # ~6000 tokens
+    (tmp_path / "long.de").write_text("Ein Mann fährt Fahrrad.\n" + (long_line + "\n") * 5, encoding="utf-8")
+    measure = ("import resource, runpy, sys; sys.argv = ['translate.py'] + sys.argv[1:]\n"
+               "try:\n    runpy.run_path('translate.py', run_name='__main__')\n"
+               "finally:\n    print('peak_rss_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "
+               "file=sys.stderr)")
+    run = run_script("-c", measure, *dirs, "--input", str(tmp_path / "long.de"), "--output", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = (tmp_path / "out").read_text(encoding="utf-8").split("\n")
+    assert len(out) == 7 and out[6] == "" and all(out[:6])
+    assert len(out[1].split()) > 1000  # every piece translated, joined on its line
+    assert run.stderr.count("translated in") == 5
+    peak = int(re.search(r"peak_rss_mb (\d+)", run.stderr).group(1))
+    assert peak < 2000, f"translating long lines took {peak} MB"
