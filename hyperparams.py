@@ -51,6 +51,9 @@ class Hparams:
     eval_sentences: int = 0  # dev sentences decoded for BLEU after each epoch; 0 = all of dev
     eval_tokens_per_batch: int = 4096  # token budget for decoding batches
     keep_checkpoints: int = 5  # epoch checkpoints kept in <logdir>/ckpt
+    save_every_steps: int = 300  # also checkpoint mid-epoch every this many steps (0: only per epoch)
+    keep_step_checkpoints: int = 2  # mid-epoch checkpoints kept in <logdir>/ckpt/steps
+    skip_nonfinite: bool = False  # leave out batches with a NaN/Inf loss instead of stopping
 
 
 PRESETS = {
@@ -122,7 +125,8 @@ def validate(hp):
     if hp.positional not in POSITIONAL:
         problems.append(f"--positional {hp.positional!r} is not one of {', '.join(POSITIONAL)}")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
-                 "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "keep_checkpoints"):
+                 "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "keep_checkpoints",
+                 "keep_step_checkpoints"):
         if getattr(hp, name) < 1:
             problems.append(f"--{name} must be at least 1 (got {getattr(hp, name)})")
     if hp.num_heads >= 1 and hp.d_model % hp.num_heads:
@@ -137,6 +141,8 @@ def validate(hp):
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
     if not 0.0 <= hp.smoothing < 1.0:
         problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
+    if hp.save_every_steps < 0:
+        problems.append(f"--save_every_steps must be 0 (off) or positive (got {hp.save_every_steps})")
     if hp.lr <= 0 or hp.warmup_steps < 0:
         problems.append("lr must be positive and warmup_steps non-negative")
     if hp.vocab_size < 8:
@@ -144,6 +150,16 @@ def validate(hp):
     if problems:
         raise UserError("settings that cannot work: " + "; ".join(problems))
     return hp
+
+
+def parse_bool(text):
+    """argparse type for true/false options: 1/0, true/false, yes/no."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a truth value: use 1 or 0")
 
 
 def build_parser(description, preset_name="sample"):
@@ -161,7 +177,8 @@ def build_parser(description, preset_name="sample"):
     group = parser.add_argument_group(f"hyperparameters (values shown: preset {preset_name!r})")
     for f in dataclasses.fields(Hparams):
         value = getattr(defaults, f.name)
-        group.add_argument(f"--{f.name}", type=type(value), default=argparse.SUPPRESS,
+        kind = parse_bool if isinstance(value, bool) else type(value)
+        group.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS,
                            metavar=type(value).__name__.upper(), help=f"(preset: {value})")
     return parser
 

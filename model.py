@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modules import (PACKAGE, DecoderBlock, EncoderBlock, LabelSmoothedCrossEntropy,
+from modules import (PACKAGE, DecoderBlock, EncoderBlock, GuardedAdam, LabelSmoothedCrossEntropy,
                      PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
@@ -311,8 +311,10 @@ def make_model(hp, vocab_size):
 
 def compile_model(model, hp):
     """Adam (beta1 0.9, beta2 0.98, eps 1e-9) with warmup and inverse-sqrt decay (section 5.3),
-    label-smoothed cross-entropy over non-pad tokens."""
-    optimizer = keras.optimizers.Adam(learning_rate=WarmupInverseSqrt(hp.lr, hp.warmup_steps),
-                                      beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite, updates whose
+    gradients are not finite are left out (GuardedAdam)."""
+    adam = GuardedAdam if hp.skip_nonfinite else keras.optimizers.Adam
+    optimizer = adam(learning_rate=WarmupInverseSqrt(hp.lr, hp.warmup_steps), beta_1=0.9, beta_2=0.98,
+                     epsilon=1e-9)
     model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD))
     return model

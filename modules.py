@@ -439,3 +439,29 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class GuardedAdam(keras.optimizers.Adam):
+    """Adam that leaves out an update whose gradients are not all finite.
+
+    A skipped batch changes no weight, no moment and no learning-rate step; `skipped_steps`
+    counts them. train.py uses it with --skip_nonfinite 1 (a NaN/Inf batch otherwise stops training).
+    """
+
+    def build(self, var_list):
+        super().build(var_list)
+        self.skipped_steps = self.add_variable((), initializer="zeros", dtype="int32", name="skipped_steps")
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            self.build(trainable_variables)
+        finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads if g is not None]))
+
+        def update():
+            super(GuardedAdam, self).apply(grads, trainable_variables)
+
+        def skip():
+            self.skipped_steps.assign_add(1)
+
+        ops.cond(finite, update, skip)

@@ -4,31 +4,41 @@
     python train.py --preset multi30k
 
 After every epoch: dev loss, dev BLEU (greedy; all of dev or the first --eval_sentences), a
-checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras with the optimizer state, the dev
-translations in <logdir>/eval/, TensorBoard scalars in <logdir>/tensorboard and one JSON line in
-<logdir>/history.jsonl. Started again with the same --logdir, it resumes from the newest checkpoint.
+checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras, the dev translations in
+<logdir>/eval/, TensorBoard scalars in <logdir>/tensorboard and one JSON line in
+<logdir>/history.jsonl. Every --save_every_steps steps, and on SIGINT/SIGTERM, a mid-epoch checkpoint
+<logdir>/ckpt/steps/S<step>.keras. Every checkpoint holds the optimizer state, the position in the
+epoch and the random state. Started again with the same command, training resumes from the newest
+checkpoint, as if it had never stopped.
 """
 import dataclasses
 import json
 import os
+import re
+import signal
+import sys
 import time
+import zipfile
 
 import numpy as np
 from tqdm import tqdm
 
 import data_load
 import hyperparams
-from eval import bleu_scores, checkpoints, format_scores, load_checkpoint, translate, write_results
+from eval import bleu_scores, checkpoints, format_scores, load_checkpoint, translate_lines, write_results
 from utils import UserError, atomic_write, run_cli, section
 
 
-def progress_callback(epoch, num_epochs, tokens_per_step):
-    """A Keras callback drawing one tqdm bar per epoch with loss, target tokens/s and learning rate."""
+def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step):
+    """A Keras callback drawing one tqdm bar per epoch with loss, target tokens/s and learning rate.
+
+    A resumed epoch starts its bar at first_batch; tokens_per_step covers the batches still to run.
+    """
     import keras
 
     class Progress(keras.callbacks.Callback):
         def on_epoch_begin(self, _epoch, logs=None):
-            self.bar = tqdm(total=len(tokens_per_step), desc=f"epoch {epoch + 1}/{num_epochs}",
+            self.bar = tqdm(total=num_batches, initial=first_batch, desc=f"epoch {epoch + 1}/{num_epochs}",
                             unit="step", dynamic_ncols=True)
             self.start, self.tokens = time.time(), 0
 
@@ -45,7 +55,174 @@ def progress_callback(epoch, num_epochs, tokens_per_step):
             self.seconds = time.time() - self.start
             self.bar.close()
 
+        on_train_end = on_epoch_end  # a run stopped mid-epoch (signal, non-finite loss) closes its bar too
+
     return Progress()
+
+
+# Checkpoints: every file is a .keras model with its optimizer state and, inside the same zip, the
+# training state (position in the epoch, random state, loss so far), written under a temporary name
+# and renamed, so a run killed at any moment leaves only complete checkpoints.
+
+STATE_FILE = "training_state.json"
+STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
+
+
+def seed_states(model):
+    """The state variables of the dropout layers' random seed generators (not part of .keras weights)."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def training_state(model, epoch, batch, loss_total, loss_count):
+    """What a checkpoint needs besides weights and optimizer to continue exactly where it was."""
+    import keras
+
+    return dict(epoch=epoch, batch=batch, step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+                rng=[keras.ops.convert_to_numpy(v).tolist() for v in seed_states(model)],
+                loss_total=loss_total, loss_count=loss_count)
+
+
+def save_checkpoint(model, path, state):
+    """model.save plus the training state in the same zip, renamed into place once complete."""
+    if hasattr(model, "jax_state_sync"):  # the JAX trainer keeps variables outside the model mid-fit
+        model.jax_state_sync()
+    with atomic_write(path) as tmp:
+        model.save(tmp)
+        with zipfile.ZipFile(tmp, "a") as z:
+            z.writestr(STATE_FILE, json.dumps(state))
+
+
+def read_state(path):
+    """The training state inside a checkpoint; None for a checkpoint without one."""
+    with zipfile.ZipFile(path) as z:
+        if STATE_FILE not in z.namelist():
+            return None
+        return json.loads(z.read(STATE_FILE))
+
+
+def step_checkpoints(logdir):
+    """Mid-epoch checkpoints of <logdir>/ckpt/steps, oldest first."""
+    directory = os.path.join(logdir, "ckpt", "steps")
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(directory) if (m := STEP_CHECKPOINT.match(name))]
+    return [os.path.join(directory, name) for _, name in sorted(found)]
+
+
+def newest_checkpoint(logdir):
+    """(path, state) of the checkpoint to resume from, the latest position in training; None if none.
+
+    The state of an epoch checkpoint is {epoch: epochs done, batch: 0}; of a mid-epoch one
+    {epoch: epoch in progress (0-based), batch: batches of it done}. A file that cannot be read is
+    passed over with a note.
+    """
+    candidates = []
+    for epoch, path in checkpoints(logdir):
+        candidates.append((path, {"epoch": epoch, "batch": 0}))
+    candidates += [(path, None) for path in step_checkpoints(logdir)]
+    best = None
+    for path, fallback in candidates:
+        try:
+            state = read_state(path) or fallback
+        except (zipfile.BadZipFile, OSError, ValueError) as e:
+            print(f"note: {path}: not a readable checkpoint ({e}); passed over", file=sys.stderr)
+            continue
+        if state is None:
+            continue
+        if best is None or (state["epoch"], state["batch"]) > (best[1]["epoch"], best[1]["batch"]):
+            best = (path, state)
+    return best
+
+
+def restore(path, state, hp):
+    """The model of a checkpoint, compiled, with its optimizer state and random state."""
+    import keras
+
+    import model as transformer
+
+    model = load_checkpoint(path, hp)
+    transformer.compile_model(model, hp)
+    model.optimizer.build(model.trainable_variables)
+    # load_checkpoint(compile=False) skips the optimizer: load it with the weights
+    model.load_weights(path)
+    if state.get("rng"):
+        for variable, value in zip(seed_states(model), state["rng"]):
+            variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
+    return model
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set `received`; training saves a checkpoint and stops.
+
+    A second signal of the same kind acts at once (the default action).
+    """
+
+    def __init__(self):
+        self.received = None
+
+    def __enter__(self):
+        self.previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in self.previous:
+            signal.signal(s, self.handle)
+        return self
+
+    def handle(self, signum, _frame):
+        self.received = signum
+        signal.signal(signum, self.previous[signum])
+        print(f"\n{signal.Signals(signum).name}: saving a checkpoint, then stopping "
+              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
+    """A Keras callback that keeps the epoch's loss, writes mid-epoch checkpoints every
+    hp.save_every_steps steps and on SIGINT/SIGTERM, and stops at a non-finite loss (or counts
+    and leaves out such a batch with hp.skip_nonfinite)."""
+    import keras
+
+    class Guard(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.tracker = next(m for m in self.model.metrics if m.name == "loss")
+            self.loss_total, self.loss_count = loss_total, loss_count
+            self.seen = (0.0, 0.0)  # the tracker's (total, count) after the previous batch
+            self.batch, self.nonfinite, self.saved, self.last_saved_step = first_batch, None, None, None
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batch = first_batch + batch + 1
+            total = float(keras.ops.convert_to_numpy(self.tracker.total))
+            count = float(keras.ops.convert_to_numpy(self.tracker.count))
+            batch_total, batch_count = total - self.seen[0], count - self.seen[1]
+            self.seen = (total, count)
+            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            if not np.isfinite(batch_total):
+                if not hp.skip_nonfinite:
+                    self.nonfinite = (step, self.batch, batch_total / batch_count)
+                    self.model.stop_training = True
+                    return
+                self.tracker.reset_state()  # keep the running loss finite; this batch is left out
+                self.seen = (0.0, 0.0)
+            else:
+                self.loss_total += batch_total
+                self.loss_count += batch_count
+            due = hp.save_every_steps and step % hp.save_every_steps == 0 and step != self.last_saved_step
+            if due or signals.received:
+                self.save(step)
+            if signals.received:
+                self.model.stop_training = True
+
+        def save(self, step):
+            path = os.path.join(hp.logdir, "ckpt", "steps", f"S{step:08d}.keras")
+            save_checkpoint(self.model, path, training_state(self.model, epoch, self.batch,
+                                                             self.loss_total, self.loss_count))
+            for old in step_checkpoints(hp.logdir)[:-hp.keep_step_checkpoints]:
+                os.remove(old)
+            self.saved, self.last_saved_step = path, step
+
+    return Guard()
 
 
 def check_logdir(hp):
@@ -119,17 +296,18 @@ def main(argv=None):
     print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
 
     section("Build model")
-    found = checkpoints(hp.logdir)
+    found = newest_checkpoint(hp.logdir)
+    start_epoch, start_batch, carry = 0, 0, (0.0, 0.0)
     if found:
-        start_epoch, path = found[-1]
-        model = load_checkpoint(path, hp)
-        transformer.compile_model(model, hp)
-        model.optimizer.build(model.trainable_variables)
-        # load_checkpoint(compile=False) skips the optimizer: load it with the weights
-        model.load_weights(path)
-        print(f"resuming from {path}: epoch {start_epoch} done, step {int(model.optimizer.iterations.numpy())}")
+        path, state = found
+        model = restore(path, state, hp)
+        start_epoch, start_batch = state["epoch"], state["batch"]
+        carry = (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
+        step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        where = (f"epoch {start_epoch} done" if start_batch == 0 else
+                 f"epoch {start_epoch + 1}, batch {start_batch} of {len(train.plan(start_epoch))}")
+        print(f"resuming from {path}: {where}, step {step}")
     else:
-        start_epoch = 0
         model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp)
     print(f"{model.count_params():,} parameters")
     if start_epoch >= hp.num_epochs:
@@ -137,40 +315,66 @@ def main(argv=None):
         return
 
     section("Train")
-    for epoch in range(start_epoch, hp.num_epochs):
-        plan = train.plan(epoch)
-        tokens = train.target_tokens(plan)
-        dataset = data_load.tf_dataset(lambda: train.batches(plan), len(plan))
-        progress = progress_callback(epoch, hp.num_epochs, tokens)
-        history = model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
-                            callbacks=[progress])
-        train_loss = float(history.history["loss"][-1])
-        if not np.isfinite(train_loss):
-            raise UserError(f"training loss became {train_loss} in epoch {epoch + 1}: lower --lr or raise "
-                            f"--warmup_steps; the last good checkpoint is kept in {hp.logdir}/ckpt")
+    with StopSignals() as signals:
+        for epoch in range(start_epoch, hp.num_epochs):
+            plan = train.plan(epoch)
+            first = start_batch if epoch == start_epoch else 0
+            rest = plan[first:]
+            tokens = train.target_tokens(rest)
+            progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens)
+            guard = guard_callback(hp, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
+            if rest:
+                dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
+                model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
+                          callbacks=[progress, guard])
+            if guard.nonfinite:
+                step, batch, value = guard.nonfinite
+                last = newest_checkpoint(hp.logdir)
+                raise UserError(f"training loss became {value} at step {step} (epoch {epoch + 1}, batch {batch}); "
+                                f"the last good checkpoint, {last[0] if last else 'none yet'}, is untouched; "
+                                f"lower --lr or raise --warmup_steps, or pass --skip_nonfinite 1 to leave such "
+                                f"batches out")
+            if signals.received and guard.batch < len(plan):
+                print(f"stopped by {signal.Signals(signals.received).name} in epoch {epoch + 1} at batch "
+                      f"{guard.batch} of {len(plan)}: saved {guard.saved}; run the same command to resume")
+                sys.exit(128 + signals.received)
+            if not rest:
+                progress.seconds = 0.0
+            train_loss = guard.loss_total / guard.loss_count if guard.loss_count else float("nan")
+            skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
 
-        start = time.time()
-        dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev_loss_batches]))
-        hypotheses = translate(model, sp, dev_src[:n_bleu], hp.eval_tokens_per_batch, desc="dev BLEU")
-        scores = bleu_scores(hypotheses, dev_refs[:n_bleu])
-        eval_seconds = time.time() - start
+            start = time.time()
+            dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev_loss_batches]))
+            hypotheses = translate_lines(model, sp, dev_sources[:n_bleu], hp.maxlen1, hp.eval_tokens_per_batch,
+                                         desc="dev BLEU")
+            scores = bleu_scores(hypotheses, dev_refs[:n_bleu])
+            eval_seconds = time.time() - start
 
-        name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
-        write_results(os.path.join(hp.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
-                      dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
-        with atomic_write(os.path.join(hp.logdir, "ckpt", name + ".keras")) as tmp:
-            model.save(tmp)
-        prune(hp.logdir, hp.keep_checkpoints)
-        lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
-        write_scalars(hp.logdir, epoch + 1, dict(
-            train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
-            dev_bleu_reference=scores["reference"], lr=lr, step=int(model.optimizer.iterations.numpy()),
-            train_seconds=progress.seconds, eval_seconds=eval_seconds,
-            tgt_tokens_per_s=sum(tokens) / progress.seconds))
-        print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
-              f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
-              f"{sum(tokens) / progress.seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
-              f"eval {eval_seconds:.0f}s -> {name}.keras", flush=True)
+            name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
+            write_results(os.path.join(hp.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
+                          dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
+            save_checkpoint(model, os.path.join(hp.logdir, "ckpt", name + ".keras"),
+                            training_state(model, epoch + 1, 0, 0.0, 0.0))
+            prune(hp.logdir, hp.keep_checkpoints)
+            for old in step_checkpoints(hp.logdir):  # older than the epoch checkpoint
+                os.remove(old)
+            lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+            seconds = max(progress.seconds, 1e-9)
+            write_scalars(hp.logdir, epoch + 1, dict(
+                train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
+                dev_bleu_reference=scores["reference"], lr=lr,
+                step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
+                train_seconds=progress.seconds, eval_seconds=eval_seconds,
+                tgt_tokens_per_s=sum(tokens) / seconds))
+            print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
+                  f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
+                  f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
+                  f"eval {eval_seconds:.0f}s" + (f", {skipped} non-finite batches left out so far" if skipped else "")
+                  + f" -> {name}.keras", flush=True)
+            if signals.received:
+                print(f"stopped by {signal.Signals(signals.received).name} after epoch {epoch + 1}: saved "
+                      f"{name}.keras; run the same command to resume")
+                sys.exit(128 + signals.received)
     print(f"done: checkpoints in {os.path.join(hp.logdir, 'ckpt')}, history in "
           f"{os.path.join(hp.logdir, 'history.jsonl')}")
 

@@ -23,6 +23,10 @@ def test_overrides_for_every_field():
     assert (hp.d_model, hp.lr, hp.logdir) == (128, 0.002, "x")
     assert hp.d_ff == hyperparams.PRESETS["multi30k"]["d_ff"]
     assert overrides == {"d_model": 128, "lr": 0.002, "logdir": "x"}
+    for text, value in (("1", True), ("true", True), ("0", False), ("no", False)):
+        assert hyperparams.parse_args("t", ["--skip_nonfinite", text])[0].skip_nonfinite is value
+    with pytest.raises(SystemExit):  # argparse: "invalid parse_bool value: 'maybe'", exit status 2
+        hyperparams.parse_args("t", ["--skip_nonfinite", "maybe"])
     help_text = hyperparams.build_parser("t").format_help()
     for name in hyperparams.field_names():
         assert f"--{name}" in help_text
@@ -33,6 +37,7 @@ def test_overrides_for_every_field():
     (["--tokens_per_batch", "10"], "smaller than the longest sentence"),
     (["--dropout_rate", "1.5"], "dropout_rate"),
     (["--positional", "rotary"], "positional"),
+    (["--save_every_steps", "-1"], "save_every_steps"),
 ])
 def test_settings_that_cannot_work(argv, words):
     with pytest.raises(UserError, match=words):

@@ -71,6 +71,28 @@ def test_learning_rate_schedule():
     assert lr[2] == pytest.approx(1e-3) and lr[3] == pytest.approx(5e-4)
 
 
+def test_guarded_adam_leaves_out_nonfinite_batches_exactly():
+    """Training on [b1, bad, b2] with the guard ends where training on [b1, b2] ends."""
+    x, y = rand(3, 8, 4, seed=1), rand(3, 8, 1, seed=2)
+    x[1, 0, 0] = np.inf  # a batch whose loss and gradients are not finite
+
+    def run(batches, optimizer):
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        net.compile(optimizer=optimizer, loss="mse")
+        for i in batches:
+            loss = net.train_on_batch(x[i], y[i])
+        return net.get_weights(), optimizer, loss
+
+    guarded, opt, _ = run([0, 1, 2], modules.GuardedAdam(learning_rate=0.1))
+    plain, _, _ = run([0, 2], keras.optimizers.Adam(learning_rate=0.1))
+    for a, b in zip(guarded, plain):
+        np.testing.assert_array_equal(a, b)
+    assert int(ops.convert_to_numpy(opt.iterations)) == 2 and int(ops.convert_to_numpy(opt.skipped_steps)) == 1
+    broken, _, loss = run([0, 1], keras.optimizers.Adam(learning_rate=0.1))
+    assert not np.isfinite(loss) and not np.isfinite(broken[0]).all()  # what the guard prevents
+
+
 def test_causality_later_targets_do_not_change_earlier_outputs():
     block = modules.DecoderBlock(D, F, H)
     memory, x = rand(N, T1, D, seed=2), rand(N, T2, D, seed=3)

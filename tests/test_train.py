@@ -1,0 +1,128 @@
+"""Training survives faults: SIGKILL and SIGTERM mid-epoch, a fixed seed gives the same run, and a
+non-finite loss stops training without touching the last good checkpoint."""
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_script
+
+# 30 steps per epoch on corpora/sample, a mid-epoch checkpoint every 5
+SETTINGS = ["--num_epochs", "3", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The sample corpus prepared once, and an uninterrupted 3-epoch run on it."""
+    tmp = tmp_path_factory.mktemp("train")
+    prepro_dir = str(tmp / "prepro")
+    done = run_script("prepro.py", "--prepro_dir", prepro_dir)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = train(prepro_dir, tmp / "baseline")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return prepro_dir, tmp / "baseline"
+
+
+def train(prepro_dir, logdir, *extra):
+    return run_script("train.py", "--prepro_dir", prepro_dir, "--logdir", str(logdir), *SETTINGS, *extra)
+
+
+def history(logdir):
+    return [json.loads(line) for line in open(os.path.join(logdir, "history.jsonl"))]
+
+
+def final_weights(logdir):
+    import keras
+
+    import model  # noqa: F401  (registers the model's classes)
+
+    path, = glob.glob(os.path.join(logdir, "ckpt", "E03*.keras"))
+    return keras.models.load_model(path, compile=False).get_weights()
+
+
+def assert_same_run(logdir, reference):
+    losses = [h["train_loss"] for h in history(logdir)]
+    expected = [h["train_loss"] for h in history(reference)]
+    assert losses[-1] == pytest.approx(expected[-1], rel=1e-5)
+    for a, b in zip(final_weights(logdir), final_weights(reference)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def start_and_wait_for_step_checkpoint(prepro_dir, logdir):
+    """Start training in the background; return it once its first mid-epoch checkpoint exists."""
+    process = subprocess.Popen([sys.executable, "train.py", "--prepro_dir", prepro_dir, "--logdir", str(logdir),
+                                *SETTINGS], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(os.path.join(logdir, "ckpt", "steps", "S*.keras")):
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.time() < deadline, "no mid-epoch checkpoint after 300 s"
+        time.sleep(0.01)
+    return process
+
+
+def test_same_seed_gives_the_same_run(baseline, tmp_path):
+    prepro_dir, reference = baseline
+    again = train(prepro_dir, tmp_path / "again")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [h["train_loss"] for h in history(tmp_path / "again")] == [h["train_loss"] for h in history(reference)]
+    for a, b in zip(final_weights(tmp_path / "again"), final_weights(reference)):
+        np.testing.assert_array_equal(a, b)  # bit for bit on the CPU
+
+
+def test_sigkill_mid_epoch_then_resume_finishes_as_if_never_stopped(baseline, tmp_path):
+    prepro_dir, reference = baseline
+    logdir = tmp_path / "killed"
+    process = start_and_wait_for_step_checkpoint(prepro_dir, logdir)
+    process.kill()  # SIGKILL: no chance to save anything
+    process.communicate()
+    assert process.returncode == -signal.SIGKILL
+    newest = max(glob.glob(os.path.join(logdir, "ckpt", "steps", "S*.keras")))
+    step = int(re.search(r"S(\d+)\.keras$", newest).group(1))
+    resumed = train(prepro_dir, logdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(rf"resuming from {re.escape(newest)}: epoch 1, batch {step} of 30, step {step}\n",
+                     resumed.stdout), resumed.stdout[:3000]
+    assert_same_run(logdir, reference)
+    assert not glob.glob(os.path.join(logdir, "ckpt", "steps", "*.keras"))  # superseded by epoch checkpoints
+
+
+def test_sigterm_saves_a_checkpoint_and_exits(baseline, tmp_path):
+    prepro_dir, reference = baseline
+    logdir = tmp_path / "terminated"
+    process = start_and_wait_for_step_checkpoint(prepro_dir, logdir)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, err[-3000:]
+    saved = re.search(r"stopped by SIGTERM in epoch 1 at batch (\d+) of 30: saved (\S+S(\d+)\.keras)", out)
+    assert saved and saved.group(1) == str(int(saved.group(3))), out[-2000:]
+    assert os.path.isfile(saved.group(2))
+    assert len(os.listdir(logdir / "ckpt" / "steps")) <= 2  # keep_step_checkpoints
+    resumed = train(prepro_dir, logdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {saved.group(2)}: epoch 1, batch {saved.group(1)} of 30" in resumed.stdout
+    assert_same_run(logdir, reference)
+
+
+def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline, tmp_path):
+    prepro_dir, reference = baseline
+    logdir = tmp_path / "diverged"
+    shutil.copytree(reference, logdir)
+    last, = glob.glob(os.path.join(logdir, "ckpt", "E03*.keras"))
+    digest = hashlib.sha256(open(last, "rb").read()).hexdigest()
+    before = sorted(os.listdir(logdir / "ckpt"))
+    run = train(prepro_dir, logdir, "--num_epochs", "4", "--lr", "1e30", "--warmup_steps", "0")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    error = run.stderr.strip().splitlines()[-1]
+    assert re.search(rf"training loss became nan at step 9\d \(epoch 4, batch \d+\); the last good checkpoint, "
+                     rf"{re.escape(last)}, is untouched", error), error
+    assert hashlib.sha256(open(last, "rb").read()).hexdigest() == digest
+    assert sorted(os.listdir(logdir / "ckpt")) == before
