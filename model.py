@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modules import (PACKAGE, DecoderBlock, EncoderBlock, GuardedAdam, LabelSmoothedCrossEntropy,
+from modules import (NEG_INF, PACKAGE, DecoderBlock, EncoderBlock, GuardedAdam, LabelSmoothedCrossEntropy,
                      PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
@@ -21,6 +21,40 @@ def mask_eos(log_probs, allow_eos):
     """log_probs (N, V) with </s> set to -inf unless allow_eos (a boolean scalar)."""
     is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS)  # (V,)
     return ops.where(ops.logical_and(is_eos, ops.logical_not(allow_eos)), -np.inf, log_probs)  # (N, V)
+
+
+def top_k_by_blocks(x, k, block=128):
+    """`ops.top_k(x, k)` over the last axis of x (N, M) for M >> k, without sorting all of M.
+
+    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
+    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
+    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
+    top_k over their k * block values. Same values and indices as ops.top_k.
+
+    Returns:
+      values (N, k), column indices (N, k) int32.
+    """
+    n, m = ops.shape(x)[0], int(x.shape[-1])
+    blocks = -(-m // block)
+    if blocks <= k:
+        values, indices = ops.top_k(x, k)
+        return values, ops.cast(indices, "int32")
+    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
+        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
+    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
+    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
+    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
+    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
+    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
+    where = ops.cast(where, "int32")
+    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
+
+
+def trim(ids, scores, return_scores):
+    """Drop the all-<pad> columns at the end of decoded ids (N, L)."""
+    used = np.nonzero((ids != PAD).any(axis=0))[0]
+    ids = ids[:, :used[-1] + 1] if len(used) else ids[:, :1]
+    return (ids, scores.astype(np.float64)) if return_scores else ids
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -76,38 +110,39 @@ class Transformer(keras.Model):
         max_len = int(1.5 * source_length) + 10
         return min(max_len, self.maxlen2) if self.positional == "learned" else max_len
 
-    def start_decoding(self, source, max_len, repeat=1):
+    def start_decoding(self, source, max_len, group=1):
         """Encode once; compute every cross-attention's keys/values once; empty self-attention caches.
 
         Args:
           source: (N, T1) ids.
           max_len: L, the cache length.
-          repeat: K, copies of each sentence (beam search), adjacent.
+          group: K, decoding rows per sentence (beam search's hypotheses), adjacent; they share
+            the sentence's encoder output and cross-attention keys/values.
 
         Returns:
-          (memory_kv, source_bias, caches) for `decode_step`; rows are N*K.
+          (memory_kv, source_bias, caches) for `decode_step`: memory_kv and source_bias have N rows,
+          caches N*K.
         """
         memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
         source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1], memory.dtype)  # (N, 1, 1, T1)
-        if repeat > 1:
-            memory = ops.repeat(memory, repeat, axis=0)  # (N*K, T1, d)
-            source_bias = ops.repeat(source_bias, repeat, axis=0)  # (N*K, 1, 1, T1)
         memory_kv = [block.cross_attention.memory_heads(memory) for block in self.decoder_blocks]
-        shape = (ops.shape(memory)[0], self.num_heads, max_len, self.d_model // self.num_heads)
+        shape = (ops.shape(memory)[0], self.num_heads, max_len * group, self.d_model // self.num_heads)
         caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
-                  for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each
+                  for _ in self.decoder_blocks]  # (N, h, L*K, d_k) each
         return memory_kv, source_bias, caches
 
-    def decode_step(self, tokens, step, memory_kv, source_bias, caches):
-        """One decoding step with caches: the previous tokens (N,) at position `step` ->
-        log-probabilities of the next token (N, V) and the updated caches."""
-        y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N, 1, d)
+    def decode_step(self, tokens, step, memory_kv, source_bias, caches, self_bias, group=1):
+        """One decoding step with caches: the previous tokens (N*K,) at position `step` ->
+        log-probabilities of the next token (N*K, V) and the updated caches (K = group; self_bias
+        says which cache entries each row may attend to, see DecoderBlock.call_step)."""
+        y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*K, 1, d)
         new_caches = []
         for block, kv, (cache_k, cache_v) in zip(self.decoder_blocks, memory_kv, caches):
-            y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step)  # (N, 1, d)
+            y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step, self_bias,
+                                                  group)  # (N*K, 1, d)
             new_caches.append((cache_k, cache_v))
-        logits = self.embedding.project(y)[:, 0]  # (N, V)
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N, V)
+        logits = self.embedding.project(y)[:, 0]  # (N*K, V)
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V)
 
     @staticmethod
     def greedy_choice(log_probs, allow_eos):
@@ -118,7 +153,9 @@ class Transformer(keras.Model):
 
     def greedy_step(self, tokens, step, allow_eos, memory_kv, source_bias, caches):
         """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
-        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches)  # (N, V)
+        seen = ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step)  # (L,) positions <= step
+        self_bias = ops.reshape(ops.where(seen, 0.0, NEG_INF), (1, 1, 1, -1))  # (1, 1, 1, L)
+        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches, self_bias)  # (N, V)
         return (*self.greedy_choice(log_probs, allow_eos), caches)
 
     def uncached_greedy_step(self, target_in, memory, source_mask, allow_eos):
@@ -127,35 +164,135 @@ class Transformer(keras.Model):
         logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
         return self.greedy_choice(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
 
-    def beam_step(self, tokens, step, allow_eos, alive_scores, memory_kv, source_bias, caches, beam_size):
-        """Cached beam step: extend the K open hypotheses of each sentence by every token and keep
-        the 2K best -> (scores (N, 2K), flat indices beam * V + token (N, 2K), caches).
-        beam_size (K) is a Python int: fixed for a trace."""
-        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches)  # (N*K, V)
-        log_probs = mask_eos(log_probs, allow_eos)  # (N*K, V)
-        n, k = ops.shape(alive_scores)[0], ops.shape(alive_scores)[1]
-        candidates = ops.reshape(log_probs, (n, k, -1)) + ops.expand_dims(alive_scores, -1)  # (N, K, V)
-        scores, indices = ops.top_k(ops.reshape(candidates, (n, -1)), 2 * beam_size)  # (N, 2K)
-        return scores, ops.cast(indices, "int32"), caches
+    def greedy_loop(self, source, max_len, min_len):
+        """Cached greedy decoding as one loop in the graph (`ops.while_loop`): encode, then one
+        token per step until every sentence has produced </s> or max_len tokens.
 
-    @staticmethod
-    def reorder_caches(caches, rows):
-        """Caches of the hypotheses kept by beam search: rows (N*K,) of each (N*K, h, L, d_k)."""
-        return [(ops.take(k, rows, axis=0), ops.take(v, rows, axis=0)) for k, v in caches]
+        Args:
+          source: (N, T1) ids.
+          max_len: L, a Python int (fixes the output and cache shapes).
+          min_len: int scalar tensor: </s> is barred before this many tokens.
+
+        Returns:
+          ids (N, L) with <pad> after </s>, and log-probabilities (N,).
+        """
+        memory_kv, source_bias, caches = self.start_decoding(source, max_len)
+        n = ops.shape(source)[0]
+
+        def cond(t, tokens, finished, ids, scores, caches):
+            return ops.logical_and(t < max_len, ops.logical_not(ops.all(finished)))
+
+        def body(t, tokens, finished, ids, scores, caches):
+            next_ids, chosen, caches = self.greedy_step(tokens, t, t >= min_len, memory_kv, source_bias,
+                                                        caches)  # (N,), (N,)
+            next_ids = ops.where(finished, PAD, next_ids)  # (N,)
+            scores = scores + ops.where(finished, 0.0, chosen)  # (N,)
+            ids = ops.slice_update(ids, (0, t), ops.expand_dims(next_ids, 1))  # (N, L)
+            return t + 1, next_ids, ops.logical_or(finished, ops.equal(next_ids, EOS)), ids, scores, caches
+
+        start = (ops.convert_to_tensor(0, "int32"), ops.full((n,), BOS, "int32"), ops.zeros((n,), "bool"),
+                 ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"), caches)
+        _, _, _, ids, scores, _ = ops.while_loop(cond, body, start)
+        return ids, scores
+
+    def beam_loop(self, source, max_len, min_len, beam_size, alpha):
+        """Batched beam search as one loop in the graph; see `beam_search`.
+
+        Each step extends the K open hypotheses of every sentence by every token and keeps the 2K
+        best candidates. Those among the best K that end in </s> compete, by log-probability over
+        the GNMT penalty, for the K finished slots; the best K others stay open. Caches are never
+        moved: each hypothesis carries the mask of its ancestors' cache entries (`history`). A
+        sentence is done once the best score an open hypothesis could still reach (its
+        log-probability over the penalty at max_len) cannot beat its best finished one.
+
+        Args:
+          source: (N, T1) ids.
+          max_len: L (Python int); min_len: int scalar tensor.
+          beam_size: K (Python int); alpha: length penalty exponent (Python float).
+
+        Returns:
+          ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
+        """
+        k, vocab, neg_inf = beam_size, self.vocab_size, -1e9
+        penalty = lambda length: ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+        memory_kv, source_bias, caches = self.start_decoding(source, max_len, k)
+        n = ops.shape(source)[0]
+
+        def gather_beams(x, beams):
+            """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
+            for _ in range(len(x.shape) - 2):
+                beams = ops.expand_dims(beams, -1)  # (N, J, 1, ...)
+            return ops.take_along_axis(x, beams, axis=1)
+
+        slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
+        entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
+
+        def cond(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
+            return ops.logical_and(t < max_len, ops.logical_not(ops.all(done)))
+
+        def body(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
+            # 1. extend: the 2K best of K x V candidates per sentence. history (N, K, L*K) marks the
+            #    cache entries of each open hypothesis' ancestors; its own entry of step t joins it.
+            history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))
+            self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
+            log_probs, caches = self.decode_step(tokens, t, memory_kv, source_bias, caches, self_bias,
+                                                 k)  # (N*K, V)
+            log_probs = ops.reshape(mask_eos(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V)
+            candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V)
+            top_scores, top = top_k_by_blocks(candidates, 2 * k)  # (N, 2K)
+            top_beams, top_tokens = top // vocab, top % vocab  # (N, 2K)
+            top_seqs = ops.slice_update(gather_beams(alive_seqs, top_beams), (0, 0, t),
+                                        ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
+            is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
+            # 2. finished: </s> among the best K candidates of a sentence not yet done
+            eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
+            eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(done, 1)))
+            new_norm = ops.where(eligible, top_scores / penalty(t + 1), neg_inf)  # (N, 2K)
+            all_norm = ops.concatenate([fin_norm, new_norm], axis=1)  # (N, 3K)
+            fin_norm, keep = ops.top_k(all_norm, k)  # (N, K)
+            fin_seqs = gather_beams(ops.concatenate([fin_seqs, top_seqs], axis=1), keep)  # (N, K, L)
+            fin_scores = ops.take_along_axis(ops.concatenate([fin_scores, top_scores], axis=1), keep, axis=1)
+            # 3. open: the best K candidates that do not end in </s>
+            open_scores, pick = ops.top_k(ops.where(is_eos, neg_inf, top_scores), k)  # (N, K)
+            alive_seqs = gather_beams(top_seqs, pick)  # (N, K, L)
+            history = gather_beams(history, ops.take_along_axis(top_beams, pick, axis=1))  # (N, K, L*K)
+            tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
+            # 4. done: no open hypothesis can beat the best finished one (log-probs only fall; the
+            #    penalty peaks at max_len)
+            bound = ops.max(open_scores, axis=1) / penalty(max_len)  # (N,)
+            done = ops.logical_or(done, ops.logical_and(fin_norm[:, 0] > neg_inf / 2, bound <= fin_norm[:, 0]))
+            alive_scores = ops.where(ops.expand_dims(done, 1), neg_inf, open_scores)  # (N, K)
+            return t + 1, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches
+
+        first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), neg_inf)], axis=1)  # K copies start as one
+        start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
+                 ops.zeros((n, k, max_len), "int32"), first, ops.zeros((n, k, max_len * k), "bool"),
+                 ops.zeros((n, k, max_len), "int32"),
+                 ops.full((n, k), neg_inf), ops.full((n, k), neg_inf), ops.zeros((n,), "bool"), caches)
+        _, _, alive_seqs, alive_scores, _, fin_seqs, fin_norm, fin_scores, _, _ = ops.while_loop(cond, body, start)
+        # nothing finished within max_len: the best open hypothesis
+        has_finished = ops.expand_dims(fin_norm[:, 0] > neg_inf / 2, 1)  # (N, 1)
+        best_open = ops.expand_dims(ops.cast(ops.argmax(alive_scores, axis=1), "int32"), 1)  # (N, 1)
+        ids = ops.where(has_finished, fin_seqs[:, 0], gather_beams(alive_seqs, best_open)[:, 0])  # (N, L)
+        scores = ops.where(has_finished[:, 0], fin_scores[:, 0],
+                           ops.take_along_axis(alive_scores, best_open, axis=1)[:, 0])  # (N,)
+        return ids, scores
 
     def compiled_fn(self, name):
-        """`start_decoding`, `greedy_step`, `uncached_greedy_step`, `beam_step` or `reorder_caches`,
-        compiled once for all shapes where the backend allows it.
+        """`start_decoding`, `greedy_loop`, `beam_loop` or `uncached_greedy_step`, compiled where
+        the backend allows it.
 
-        On TensorFlow a tf.function with relaxed shapes: one trace serves every step and prefix
-        length, instead of running op by op in eager mode. Other backends run eagerly.
+        On TensorFlow, the decoding loops are compiled whole by XLA (`jit_compile`): one call per
+        batch, fused kernels, caches updated in place; XLA compiles once per batch shape and
+        max_len. The reference's uncached step is a tf.function with relaxed shapes (one trace for
+        every prefix length). Other backends run eagerly.
         """
         cache = self.__dict__.setdefault("_compiled_fns", {})
         if name not in cache:
             fn = getattr(self, name)
             if keras.backend.backend() == "tensorflow":
                 import tensorflow as tf
-                fn = tf.function(fn, reduce_retracing=True)
+                fn = tf.function(fn, jit_compile=name.endswith("_loop"), reduce_retracing=name.endswith("_step"))
             cache[name] = fn
         return cache[name]
 
@@ -166,8 +303,8 @@ class Transformer(keras.Model):
           source: (N, T1) ids (with </s>, right-padded).
           max_len: most output tokens; default `default_max_len(T1)`.
           min_len: </s> is not allowed before this many tokens (benchmarks force lengths with it).
-          cached: decode one token per step with key/value caches; False re-runs the whole
-            decoder over the prefix at every step, as the reference does.
+          cached: decode one token per step with key/value caches, the whole loop compiled;
+            False re-runs the whole decoder over the prefix at every step, as the reference does.
           return_scores: also return each output's log-probability.
 
         Returns:
@@ -175,25 +312,20 @@ class Transformer(keras.Model):
           [, (N,) float log-probabilities].
         """
         source = ops.convert_to_tensor(source, "int32")
-        n = int(ops.shape(source)[0])
         max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
         if cached:
-            memory_kv, source_bias, caches = self.compiled_fn("start_decoding")(source, max_len)
-            step_fn = self.compiled_fn("greedy_step")
-        else:
-            memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-            step_fn = self.compiled_fn("uncached_greedy_step")
+            ids, scores = self.compiled_fn("greedy_loop")(source, max_len, ops.convert_to_tensor(min_len, "int32"))
+            return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
+        n = int(ops.shape(source)[0])
+        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
+        step_fn = self.compiled_fn("uncached_greedy_step")
         target_in = np.full((n, 1), BOS, np.int32)  # (N, 1)
         finished = np.zeros(n, bool)  # (N,)
         scores = np.zeros(n, np.float64)  # (N,)
         outputs = []
         for t in range(max_len):
-            allow_eos = ops.convert_to_tensor(t >= min_len)
-            if cached:
-                next_ids, chosen, caches = step_fn(ops.convert_to_tensor(target_in[:, -1]), ops.convert_to_tensor(t, "int32"),
-                                                   allow_eos, memory_kv, source_bias, caches)  # (N,), (N,)
-            else:
-                next_ids, chosen = step_fn(ops.convert_to_tensor(target_in), memory, source_mask, allow_eos)  # (N,), (N,)
+            next_ids, chosen = step_fn(ops.convert_to_tensor(target_in), memory, source_mask,
+                                       ops.convert_to_tensor(t >= min_len))  # (N,), (N,)
             next_ids = ops.convert_to_numpy(next_ids).copy()  # (N,)
             scores += np.where(finished, 0.0, ops.convert_to_numpy(chosen))
             next_ids[finished] = PAD
@@ -206,13 +338,8 @@ class Transformer(keras.Model):
         return (ids, scores) if return_scores else ids
 
     def beam_search(self, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, return_scores=False):
-        """Batched beam search with the GNMT length penalty ((5 + length) / 6) ** alpha.
-
-        Each step extends the K open hypotheses of every sentence, keeps the 2K best candidates,
-        moves those that end in </s> among the best K to the finished ones, and keeps the best K
-        others open. A sentence stops once the best score any open hypothesis could still reach
-        (its log-probability over the penalty at max_len) cannot beat its best finished one.
-        With beam_size 1 and alpha 0 this is greedy decoding.
+        """Batched beam search with the GNMT length penalty ((5 + length) / 6) ** alpha, the whole
+        loop compiled (`beam_loop`). With beam_size 1 and alpha 0 this is greedy decoding.
 
         Args:
           source: (N, T1) ids.
@@ -225,61 +352,10 @@ class Transformer(keras.Model):
           (N, L') int32 ids, </s> included, <pad> after it [, (N,) log-probabilities].
         """
         source = ops.convert_to_tensor(source, "int32")
-        n, k = int(ops.shape(source)[0]), beam_size
         max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
-        penalty = lambda length: ((5.0 + length) / 6.0) ** alpha
-        memory_kv, source_bias, caches = self.compiled_fn("start_decoding")(source, max_len, k)
-        step_fn, reorder_fn = self.compiled_fn("beam_step"), self.compiled_fn("reorder_caches")
-
-        alive_scores = np.full((n, k), -np.inf)  # (N, K) log-probabilities of the open hypotheses
-        alive_scores[:, 0] = 0.0  # the K copies start as one <s>
-        alive_seqs = np.zeros((n, k, 0), np.int32)  # (N, K, t)
-        tokens = np.full(n * k, BOS, np.int32)  # (N*K,)
-        best = [None] * n  # per sentence: (normalized score, log-probability, ids) of the best finished
-        done = np.zeros(n, bool)
-        rows = np.arange(n)[:, None]
-        vocab = self.vocab_size
-        for t in range(max_len):
-            top_scores, top, caches = step_fn(
-                ops.convert_to_tensor(tokens), ops.convert_to_tensor(t, "int32"), ops.convert_to_tensor(t >= min_len),
-                ops.convert_to_tensor(alive_scores, "float32"), memory_kv, source_bias, caches, k)
-            top_scores = ops.convert_to_numpy(top_scores).astype(np.float64)  # (N, 2K), best first
-            top = ops.convert_to_numpy(top)  # (N, 2K)
-            top_beams, top_tokens = top // vocab, (top % vocab).astype(np.int32)  # (N, 2K)
-            is_eos = top_tokens == EOS
-            # 1. finished: </s> among the best K candidates
-            for i, j in zip(*np.nonzero(is_eos[:, :k] & ~done[:, None])):
-                normalized = top_scores[i, j] / penalty(t + 1)
-                if best[i] is None or normalized > best[i][0]:
-                    best[i] = (normalized, top_scores[i, j], np.append(alive_seqs[i, top_beams[i, j]], EOS))
-            # 2. open: the best K candidates that do not end in </s>
-            order = np.argsort(is_eos, axis=1, kind="stable")[:, :k]  # (N, K) non-</s> first, by score
-            beams = np.take_along_axis(top_beams, order, 1)  # (N, K)
-            alive_scores = np.take_along_axis(top_scores, order, 1)  # (N, K)
-            alive_seqs = np.concatenate([alive_seqs[rows, beams], np.take_along_axis(top_tokens, order, 1)[..., None]],
-                                        axis=2)  # (N, K, t+1)
-            # 3. done: no open hypothesis can beat the best finished one (log-probs only fall, the
-            #    penalty peaks at max_len)
-            bound = alive_scores.max(axis=1) / penalty(max_len)  # (N,)
-            for i in np.nonzero(~done)[0]:
-                if best[i] is not None and bound[i] <= best[i][0]:
-                    done[i] = True
-            alive_scores[done] = -np.inf
-            if done.all():
-                break
-            tokens = alive_seqs[:, :, -1].reshape(-1)  # (N*K,)
-            caches = reorder_fn(caches, ops.convert_to_tensor((rows * k + beams).reshape(-1), "int32"))
-        results = []
-        for i in range(n):
-            if best[i] is None:  # nothing finished within max_len: the best open hypothesis
-                j = int(np.argmax(alive_scores[i]))
-                best[i] = (None, alive_scores[i, j], alive_seqs[i, j])
-            results.append(best[i])
-        ids = np.full((n, max(len(r[2]) for r in results)), PAD, np.int32)
-        for i, (_, _, seq) in enumerate(results):
-            ids[i, :len(seq)] = seq
-        scores = np.array([r[1] for r in results])
-        return (ids, scores) if return_scores else ids
+        ids, scores = self.compiled_fn("beam_loop")(source, max_len, ops.convert_to_tensor(min_len, "int32"),
+                                                    int(beam_size), float(alpha))
+        return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,

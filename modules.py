@@ -200,26 +200,33 @@ class MultiHeadAttention(keras.layers.Layer):
         out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], self.d_model))  # (N, Tq, d)
         return self.output_dense(out)  # (N, Tq, d)
 
-    def self_attention_step(self, x, cache_k, cache_v, step):
-        """Causal self-attention of one new position over the cached earlier ones.
+    def self_attention_step(self, x, cache_k, cache_v, step, bias, group=1):
+        """Self-attention of one new position per row over the cached earlier ones.
+
+        Rows come in groups of G per sentence (beam search's hypotheses; G = 1 for greedy). The
+        cache of a sentence holds, for every position p and slot g, the key/value written there by
+        the row that sat in slot g at step p, at index p * G + g. Rows are never moved: each
+        attends over all L * G entries of its sentence, and `bias` lets through only those of its
+        own history (its ancestors' entries), so beam search needs no cache reordering.
 
         Args:
-          x: (N, 1, d) the new position's input.
-          cache_k, cache_v: (N, h, L, d_k) keys/values of positions < step (L: the most steps).
+          x: (N*G, 1, d) the new position's input.
+          cache_k, cache_v: (N, h, L*G, d_k) the sentence caches.
           step: int scalar, the new position's index.
+          bias: additive mask broadcastable to (N, h, G, L*G): 0 where a row may attend.
+          group: G, a Python int.
 
         Returns:
-          output (N, 1, d), and the caches with position `step` written.
+          output (N*G, 1, d), and the caches with the G entries of position `step` written.
         """
-        q = self.split_heads(self.query_dense(x))  # (N, h, 1, d_k)
-        k, v = self.memory_heads(x)  # (N, h, 1, d_k) each
-        start = (0, 0, step, 0)
-        cache_k = ops.slice_update(cache_k, start, ops.cast(k, cache_k.dtype))  # (N, h, L, d_k)
-        cache_v = ops.slice_update(cache_v, start, ops.cast(v, cache_v.dtype))  # (N, h, L, d_k)
-        seen = ops.less_equal(ops.arange(ops.shape(cache_k)[2]), step)  # (L,)
-        bias = ops.where(seen, ops.zeros((), q.dtype), ops.full((), NEG_INF, q.dtype))  # (L,)
-        out = self.attend(q, cache_k, cache_v, ops.reshape(bias, (1, 1, 1, -1)))  # (N, 1, d)
-        return out, cache_k, cache_v
+        x = ops.reshape(x, (-1, group, self.d_model))  # (N, G, d)
+        q = self.split_heads(self.query_dense(x))  # (N, h, G, d_k)
+        k, v = self.memory_heads(x)  # (N, h, G, d_k) each
+        start = (0, 0, step * group, 0)
+        cache_k = ops.slice_update(cache_k, start, ops.cast(k, cache_k.dtype))  # (N, h, L*G, d_k)
+        cache_v = ops.slice_update(cache_v, start, ops.cast(v, cache_v.dtype))  # (N, h, L*G, d_k)
+        out = self.attend(q, cache_k, cache_v, bias)  # (N, G, d)
+        return ops.reshape(out, (-1, 1, self.d_model)), cache_k, cache_v  # (N*G, 1, d)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
@@ -354,24 +361,31 @@ class DecoderBlock(keras.layers.Layer):
         f = self.feed_forward(x)  # (N, T2, d)
         return self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
 
-    def call_step(self, x, memory_kv, source_bias, cache_k, cache_v, step):
+    def call_step(self, x, memory_kv, source_bias, cache_k, cache_v, step, self_bias, group=1):
         """One decoding position with cached keys/values (inference only).
 
         Args:
-          x: (N, 1, d) the new position.
-          memory_kv: keys and values of the encoder output, (N, h, T1, d_k) each, computed once.
+          x: (N*G, 1, d) the new position; G rows (beam search's hypotheses) per sentence, adjacent.
+          memory_kv: keys and values of the encoder output, (N, h, T1, d_k) each, computed once and
+            shared by the G rows of a sentence: they attend to it as G query positions.
           source_bias: (N, 1, 1, T1) additive bias from the source padding mask.
-          cache_k, cache_v: (N, h, L, d_k) this block's self-attention cache.
+          cache_k, cache_v: (N, h, L*G, d_k) this block's self-attention cache (see
+            MultiHeadAttention.self_attention_step).
           step: the position's index.
+          self_bias: (N or 1, 1, G, L*G) which cache entries each row may attend to.
+          group: G, a Python int.
 
         Returns:
-          (N, 1, d) and the updated caches.
+          (N*G, 1, d) and the updated caches.
         """
-        a, cache_k, cache_v = self.self_attention.self_attention_step(x, cache_k, cache_v, step)  # (N, 1, d)
-        x = self.self_attention_norm(x, a)  # (N, 1, d)
+        a, cache_k, cache_v = self.self_attention.self_attention_step(
+            x, cache_k, cache_v, step, self_bias, group)  # (N*G, 1, d)
+        x = self.self_attention_norm(x, a)  # (N*G, 1, d)
+        queries = ops.reshape(x, (-1, group, self.d_model))  # (N, G, d)
         c = self.cross_attention.attend(
-            self.cross_attention.split_heads(self.cross_attention.query_dense(x)), *memory_kv, source_bias)  # (N, 1, d)
-        x = self.cross_attention_norm(x, c)  # (N, 1, d)
+            self.cross_attention.split_heads(self.cross_attention.query_dense(queries)), *memory_kv,
+            source_bias)  # (N, G, d)
+        x = self.cross_attention_norm(x, ops.reshape(c, (-1, 1, self.d_model)))  # (N*G, 1, d)
         x = self.feed_forward_norm(x, self.feed_forward(x))  # (N, 1, d)
         return x, cache_k, cache_v
 

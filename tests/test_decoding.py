@@ -47,3 +47,18 @@ def test_beam_search_stops_at_eos_and_pads_after(copy_model):
         assert EOS in row
         assert (row[list(row).index(EOS) + 1:] == PAD).all()
     assert out.shape[1] <= 8 + 1  # it stopped long before max_len (1.5 * 8 + 10)
+
+
+def test_top_k_by_blocks_equals_top_k_ties_included():
+    from keras import ops
+
+    from model import top_k_by_blocks
+    rng = np.random.default_rng(0)
+    for m, k in ((32000, 8), (7999, 8), (1000, 3), (50, 4)):
+        x = rng.standard_normal((4, m)).astype("float32")
+        x[0] = np.round(x[0])  # many ties: the lower column must come first, as in ops.top_k
+        x[1, :200] = -np.inf
+        got = [ops.convert_to_numpy(a) for a in top_k_by_blocks(ops.convert_to_tensor(x), k)]
+        want = [ops.convert_to_numpy(a) for a in ops.top_k(ops.convert_to_tensor(x), k)]
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
