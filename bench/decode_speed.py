@@ -8,7 +8,9 @@ With a checkpoint, each sentence decodes until </s> (tokens/s counts the tokens 
 none, a freshly initialised model of the preset's size decodes exactly --length tokens per
 sentence (</s> is suppressed until then), so every method does the same number of steps. The
 sources are the first --sentences of the preset's dev split (prepro.py's output), or random ids
-of --source_length tokens where there is none.
+of --source_length tokens where there is none. Cached greedy and beam search are compiled whole by
+XLA once per batch shape; the warm-up does that for every shape first and prints its time, so the
+timed runs measure decoding only (as a long evaluation or a training run sees it).
 
 The last line is machine-readable:
 decode_speed cached_vs_uncached=<x> beam4_vs_greedy=<x> greedy_tok_s=<n> beam4_tok_s=<n>
@@ -91,9 +93,11 @@ def main(argv=None):
     batches = [data_load.encoder_inputs([src[i] for i in order[j:j + args.batch_sentences]])
                for j in range(0, len(src), args.batch_sentences)]
 
-    section("Warm up (trace the compiled functions)")
+    section("Warm up: compile for every batch shape (timed apart)")
+    shapes = list({b.shape: b for b in batches}.values())
     for method in ("uncached", "cached", "beam"):
-        run(method, model, batches[:1], length if length else None, args.beam_size, args.alpha)
+        seconds, _ = run(method, model, shapes, length, args.beam_size, args.alpha)
+        print(f"{method:8s} {len(shapes)} shapes: {seconds:.1f} s (tracing/compiling and one batch each)", flush=True)
 
     section(f"Decode {len(src)} sentences in {len(batches)} batches")
     results = {}
