@@ -55,7 +55,6 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
             self.seconds = time.time() - self.start
             self.bar.close()
 
-        on_train_end = on_epoch_end  # a run stopped mid-epoch (signal, non-finite loss) closes its bar too
 
     return Progress()
 
