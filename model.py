@@ -279,11 +279,10 @@ class Transformer(keras.Model):
         return ids, scores
 
     def compiled_fn(self, name):
-        """`start_decoding`, `greedy_loop`, `beam_loop` or `uncached_greedy_step`, compiled where
-        the backend allows it.
+        """`greedy_loop`, `beam_loop` or `uncached_greedy_step`, compiled where the backend allows it.
 
         On TensorFlow, the decoding loops are compiled whole by XLA (`jit_compile`): one call per
-        batch, fused kernels, caches updated in place; XLA compiles once per batch shape and
+        batch, fused kernels, buffers updated in place; XLA compiles once per batch shape and
         max_len. The reference's uncached step is a tf.function with relaxed shapes (one trace for
         every prefix length). Other backends run eagerly.
         """
@@ -292,7 +291,8 @@ class Transformer(keras.Model):
             fn = getattr(self, name)
             if keras.backend.backend() == "tensorflow":
                 import tensorflow as tf
-                fn = tf.function(fn, jit_compile=name.endswith("_loop"), reduce_retracing=name.endswith("_step"))
+                loop = name.endswith("_loop")
+                fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop)
             cache[name] = fn
         return cache[name]
 

@@ -15,7 +15,6 @@ timed runs measure decoding only (as a long evaluation or a training run sees it
 The last line is machine-readable:
 decode_speed cached_vs_uncached=<x> beam4_vs_greedy=<x> greedy_tok_s=<n> beam4_tok_s=<n>
 """
-import argparse
 import os
 import sys
 import time
@@ -23,6 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
+
+import common  # noqa: E402  (bench/common.py)
 
 import data_load  # noqa: E402
 import hyperparams  # noqa: E402
@@ -56,9 +57,7 @@ def run(method, model, batches, length, beam_size, alpha):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS))
+    parser = common.parser(__doc__)
     parser.add_argument("--ckpt", help="trained checkpoint; default: a freshly initialised model")
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--length", type=int, default=30, help="forced output length (fresh model)")
@@ -66,12 +65,7 @@ def main(argv=None):
     parser.add_argument("--batch_sentences", type=int, default=64, help="sentences per batch")
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--prepro_dir", help="prepro.py's output (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    hp = hyperparams.preset(args.preset)
-    if args.prepro_dir:
-        hp.prepro_dir = args.prepro_dir
+    args, hp = common.parse(parser, argv)
     import keras
 
     import model as transformer

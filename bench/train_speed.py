@@ -17,7 +17,6 @@ Batches come from the preset's prepro output (its train split); run prepro.py fi
 The last line is machine-readable:
 train_speed preset=<p> tgt_tok_s=<n> mfu=<x> ref_shaped_tgt_tok_s=<n> peak_rss_mb=<n>
 """
-import argparse
 import os
 import resource
 import sys
@@ -27,8 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+import common  # noqa: E402  (bench/common.py)
+
 import data_load  # noqa: E402
-import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
 
@@ -97,17 +97,10 @@ def reference_shaped(src, tgt, steps, seed, batch_size=128):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS))
+    parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30,
                         help="batches per measurement, each trained on twice: untimed (tracing), then timed")
-    parser.add_argument("--prepro_dir", help="prepro.py's output (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    hp = hyperparams.preset(args.preset)
-    if args.prepro_dir:
-        hp.prepro_dir = args.prepro_dir
+    args, hp = common.parse(parser, argv)
     import keras
 
     import model as transformer
