@@ -403,13 +403,42 @@ def label_smoothing(inputs, epsilon=0.1):
     return (1.0 - epsilon) * inputs + epsilon / v
 
 
+def smoothed_cross_entropy(logits, labels, epsilon):
+    """Per-token cross-entropy against (1 - eps) one_hot(labels) + eps / V: logits (N, T, V) float32,
+    labels (N, T) int32 -> (N, T).
+
+    -(1 - eps) log p(y) - eps / V sum_v log p(v) = lse - (1 - eps) z_y - eps mean_v z_v, with z the
+    logits and lse their log-sum-exp. Its gradient, softmax(z) - (1 - eps) [v = y] - eps / V, is
+    written out in one elementwise expression: the automatic gradient of the label gather would
+    scatter into a dense (N, T, V) zero tensor, which cost the CPU more than the whole rest of the
+    loss (see README, Speed).
+    """
+    vocab_size = ops.shape(logits)[-1]
+
+    @ops.custom_gradient
+    def loss(z):
+        lse = ops.logsumexp(z, axis=-1)  # (N, T)
+        z_y = ops.squeeze(ops.take_along_axis(z, ops.expand_dims(labels, -1), axis=-1), -1)  # (N, T)
+        value = lse - (1.0 - epsilon) * z_y - epsilon * ops.mean(z, axis=-1)  # (N, T)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream  # (N, T)
+            probs = ops.exp(z - ops.expand_dims(lse, -1))  # (N, T, V)
+            hit = ops.equal(ops.expand_dims(labels, -1), ops.arange(vocab_size, dtype=labels.dtype))  # (N, T, V)
+            target = ops.where(hit, 1.0 - epsilon + epsilon / vocab_size, epsilon / vocab_size)  # (N, T, V)
+            return ops.expand_dims(upstream, -1) * (probs - target)  # (N, T, V)
+
+        return value, grad
+
+    return loss(logits)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against label-smoothed targets, averaged over non-pad target tokens.
 
     Equal to the cross-entropy against `label_smoothing(one_hot(labels))`, computed from the sparse
-    labels without materialising (N, T2, V) targets:
-    -(1 - eps) log p(y) - eps / V * sum_v log p(v).
+    labels without materialising (N, T2, V) targets (`smoothed_cross_entropy`).
 
     Args:
       epsilon: smoothing rate.
@@ -422,12 +451,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def call(self, labels, logits):
         """labels (N, T2) int, logits (N, T2, V) -> per-token loss / number of real tokens (N, T2)."""
-        logits = ops.cast(logits, "float32")  # (N, T2, V)
-        log_probs = ops.log_softmax(logits, axis=-1)  # (N, T2, V)
         labels = ops.cast(labels, "int32")  # (N, T2)
-        nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1)  # (N, T2)
-        uniform = -ops.mean(log_probs, axis=-1)  # (N, T2)
-        per_token = (1.0 - self.epsilon) * nll + self.epsilon * uniform  # (N, T2)
+        per_token = smoothed_cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
         return per_token * mask / ops.maximum(ops.sum(mask), 1.0)  # (N, T2)
 

@@ -64,6 +64,35 @@ def test_sparse_loss_equals_smoothed_one_hot_cross_entropy_over_real_tokens():
     assert loss == pytest.approx(ce[mask].mean(), rel=1e-5)
 
 
+def gradient(fn, x):
+    """d fn(x) / dx on the current backend, as NumPy."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        return np.asarray(jax.grad(fn)(x))
+    if backend == "torch":
+        import torch
+        x = torch.tensor(x, requires_grad=True)
+        fn(x).backward()
+        return x.grad.numpy()
+    import tensorflow as tf
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+    return tape.gradient(y, x).numpy()
+
+
+def test_sparse_loss_gradient_is_softmax_minus_smoothed_targets():
+    logits = rand(N, T2, V, seed=2)
+    labels = np.array([[4, 5, 6, 0, 0], [7, 8, 9, 10, 3]])
+    got = gradient(lambda z: modules.LabelSmoothedCrossEntropy(0.1)(labels, z), logits)
+    targets = ops.convert_to_numpy(modules.label_smoothing(np.eye(V, dtype="float32")[labels], 0.1))
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    mask = (labels != 0)[..., None]
+    np.testing.assert_allclose(got, (probs - targets) * mask / mask.sum(), atol=1e-6)
+
+
 def test_learning_rate_schedule():
     s = modules.WarmupInverseSqrt(1e-3, 100)
     lr = [float(s(step)) for step in (0, 49, 99, 399)]
