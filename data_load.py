@@ -85,6 +85,7 @@ def postprocess(sp, rows):
 # Batching
 
 def round_up(n, multiple=PAD_MULTIPLE):
+    """n rounded up to a multiple of `multiple`."""
     return -(-n // multiple) * multiple
 
 
@@ -95,21 +96,21 @@ def filter_long(src, tgt, maxlen1, maxlen2):
     return keep, len(src) - len(keep)
 
 
-def _cut(order, cost, tokens_per_batch):
+def _cut(order, cost, tokens_per_batch, multiple=PAD_MULTIPLE):
     """Cut `order` into consecutive runs whose count x longest padded cost fits the budget."""
     batches, start, longest = [], 0, 0
     for pos, i in enumerate(order):
-        longest_with = max(longest, round_up(int(cost[i])))
+        longest_with = max(longest, round_up(int(cost[i]), multiple))
         if pos > start and (pos - start + 1) * longest_with > tokens_per_batch:
             batches.append(order[start:pos])
-            start, longest_with = pos, round_up(int(cost[i]))
+            start, longest_with = pos, round_up(int(cost[i]), multiple)
         longest = longest_with
     if start < len(order):
         batches.append(order[start:])
     return batches
 
 
-def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None):
+def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multiple=PAD_MULTIPLE):
     """Group sentence indices into batches of similar length under a token budget.
 
     A batch of n pairs padded to lengths (L1, L2) costs n * max(L1, L2) tokens. Sentences are
@@ -120,6 +121,7 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None):
       src_lens, tgt_lens: (num_pairs,) lengths including </s> (resp. <s>).
       tokens_per_batch: budget.
       rng: numpy Generator for the tie-breaking and batch order; None keeps length order.
+      multiple: lengths are padded up to a multiple of this (see `training_arrays`).
 
     Returns:
       list of int64 index arrays.
@@ -130,7 +132,7 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None):
         order = np.argsort(cost, kind="stable")
     else:
         order = np.lexsort((rng.random(len(cost)), cost))
-    batches = _cut(order, cost, tokens_per_batch)
+    batches = _cut(order, cost, tokens_per_batch, multiple)
     if rng is not None:
         rng.shuffle(batches)
     return batches
@@ -161,16 +163,20 @@ def pad(seqs, length):
     return out
 
 
-def encoder_inputs(src_seqs):
-    """Source ids + </s>, padded: (N, T1)."""
+def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE):
+    """Source ids + </s>, padded to a multiple of `multiple`: (N, T1)."""
     seqs = [np.append(s, EOS) for s in src_seqs]
-    return pad(seqs, round_up(max(len(s) for s in seqs)))
+    return pad(seqs, round_up(max(len(s) for s in seqs), multiple))
 
 
-def training_arrays(src_seqs, tgt_seqs):
-    """One batch: ((encoder input (N, T1), decoder input (N, T2)), labels (N, T2))."""
-    x = encoder_inputs(src_seqs)
-    t2 = round_up(max(len(t) for t in tgt_seqs) + 1)
+def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE):
+    """One batch: ((encoder input (N, T1), decoder input (N, T2)), labels (N, T2)).
+
+    T1 and T2 are the longest lengths rounded up to a multiple of `multiple`: 8 keeps the number
+    of distinct shapes small for compilers (XLA, JAX), 1 pads least (TensorFlow graphs take any
+    shape without retracing)."""
+    x = encoder_inputs(src_seqs, multiple)
+    t2 = round_up(max(len(t) for t in tgt_seqs) + 1, multiple)
     decoder_in = pad([np.insert(t, 0, BOS) for t in tgt_seqs], t2)
     labels = pad([np.append(t, EOS) for t in tgt_seqs], t2)
     return (x, decoder_in), labels
@@ -183,7 +189,7 @@ class TrainBatches:
     uninterrupted run would have seen.
     """
 
-    def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2):
+    def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE):
         keep, self.dropped = filter_long(src, tgt, maxlen1, maxlen2)
         if len(keep) == 0:
             raise UserError(f"no training pair fits maxlen1 {maxlen1} / maxlen2 {maxlen2}: raise them")
@@ -191,8 +197,7 @@ class TrainBatches:
         self.tgt = [tgt[i] for i in keep]
         self.src_lens = np.array([len(s) + 1 for s in self.src])
         self.tgt_lens = np.array([len(t) + 1 for t in self.tgt])
-        self.tokens_per_batch = tokens_per_batch
-        self.seed = seed
+        self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
 
     def __len__(self):
         return len(self.src)
@@ -200,16 +205,21 @@ class TrainBatches:
     def plan(self, epoch):
         """Index batches of `epoch` (0-based)."""
         rng = np.random.default_rng([self.seed, epoch])
-        return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng)
+        return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng, self.multiple)
 
     def batches(self, batch_plan):
         """Yield ((x, decoder_input), labels) NumPy batches of a plan."""
         for idx in batch_plan:
-            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx])
+            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.multiple)
 
     def epoch(self, epoch):
         """Yield the NumPy batches of `epoch`."""
         return self.batches(self.plan(epoch))
+
+    def shapes(self, batch_plan):
+        """The distinct (N, T1, T2) of a plan's batches: under XLA or JAX, one compilation each."""
+        up = lambda n: round_up(int(n), self.multiple)
+        return {(len(i), up(self.src_lens[i].max()), up(self.tgt_lens[i].max())) for i in batch_plan}
 
     def target_tokens(self, batch_plan):
         """Real (unpadded) target tokens of each batch in a plan."""
