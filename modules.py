@@ -46,9 +46,10 @@ class TokenEmbedding(keras.layers.Layer):
         return x * ops.expand_dims(keep, -1) * math.sqrt(self.d_model)  # (N, T, d)
 
     def project(self, x):
-        """x (N, T, d) -> logits (N, T, V) through the transposed embedding matrix."""
+        """x (N, T, d) -> logits (N, T, V) in float32, through the transposed embedding matrix
+        (the matmul in x's dtype: bfloat16/float16 under mixed precision)."""
         w = ops.cast(self.embeddings, x.dtype)  # (V, d)
-        return ops.matmul(x, ops.transpose(w))  # (N, T, V)
+        return ops.cast(ops.matmul(x, ops.transpose(w)), "float32")  # (N, T, V)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
@@ -179,7 +180,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
         k, v = self.memory_heads(memory)  # (N, h, Tk, d_k) each
         # 2. masks as an additive bias
-        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2], q.dtype)
+        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend
         return self.attend(q, k, v, bias, training=training)  # (N, Tq, d)
 
@@ -189,11 +190,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def attend(self, q, k, v, bias=None, training=None):
         """Scaled dot-product attention of heads q (N, h, Tq, d_k) over k, v (N, h, Tk, d_k),
-        with an additive bias broadcastable to (N, h, Tq, Tk); returns (N, Tq, d)."""
-        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) / math.sqrt(self.d_k)  # (N, h, Tq, Tk)
+        with an additive float32 bias broadcastable to (N, h, Tq, Tk); returns (N, Tq, d).
+
+        The products run in the inputs' dtype; the scaling, the bias and the softmax in float32
+        (under mixed precision too: -1e9 does not fit float16)."""
+        logits = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")  # (N, h, Tq, Tk)
+        logits = logits / math.sqrt(self.d_k)  # (N, h, Tq, Tk)
         if bias is not None:
             logits = logits + bias  # (N, h, Tq, Tk)
-        weights = ops.softmax(logits, axis=-1)  # (N, h, Tq, Tk)
+        weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)  # (N, h, Tq, Tk)
         weights = self.dropout(weights, training=training)  # (N, h, Tq, Tk)
         out = ops.matmul(weights, v)  # (N, h, Tq, d_k)
         out = ops.transpose(out, (0, 2, 1, 3))  # (N, Tq, h, d_k)
@@ -446,15 +451,17 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """
 
     def __init__(self, epsilon=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
-        super().__init__(name=name, reduction="sum", **kwargs)
+        super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.epsilon, self.pad_id = epsilon, pad_id
 
     def call(self, labels, logits):
-        """labels (N, T2) int, logits (N, T2, V) -> per-token loss / number of real tokens (N, T2)."""
+        """labels (N, T2) int, logits (N, T2, V) -> per-token loss, scaled so that Keras' reduction
+        (sum / (N * T2), and / replicas under tf.distribute) gives the mean over real tokens (N, T2)."""
         labels = ops.cast(labels, "int32")  # (N, T2)
         per_token = smoothed_cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
-        return per_token * mask / ops.maximum(ops.sum(mask), 1.0)  # (N, T2)
+        size = ops.cast(ops.shape(mask)[0] * ops.shape(mask)[1], "float32")
+        return per_token * mask * (size / ops.maximum(ops.sum(mask), 1.0))  # (N, T2)
 
     def get_config(self):
         return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id}
