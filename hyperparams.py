@@ -14,6 +14,7 @@ import sys
 from utils import UserError, atomic_write
 
 CORPUS_FORMATS = ("parallel", "iwslt")
+SWITCHES = ("auto", "on", "off")
 POSITIONAL = ("sinusoid", "learned")
 
 
@@ -42,6 +43,12 @@ class Hparams:
 
     # training
     tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
+    precision: str = "auto"  # float32 | mixed_bfloat16 | mixed_float16 | auto (mixed_bfloat16 on a GPU
+    # with bfloat16 units, float32 elsewhere)
+    jit_compile: str = "auto"  # XLA for training steps: auto (GPU and JAX: on; TensorFlow on a CPU: off) | on | off
+    strategy: str = "auto"  # data parallelism: auto | one | mirrored | multi_worker (TensorFlow) | data_parallel (JAX)
+    length_multiple: int = 0  # pad training batch lengths to a multiple of this; 0: 1 on TensorFlow
+    # without XLA (any shape, least padding), 8 where every shape is compiled (JAX, XLA)
     lr: float = 1e-3  # peak learning rate, reached after warmup_steps
     warmup_steps: int = 100
     num_epochs: int = 30
@@ -124,6 +131,10 @@ def validate(hp):
         problems.append(f"--corpus {hp.corpus!r} is not one of {', '.join(CORPUS_FORMATS)}")
     if hp.positional not in POSITIONAL:
         problems.append(f"--positional {hp.positional!r} is not one of {', '.join(POSITIONAL)}")
+    if hp.jit_compile not in SWITCHES:
+        problems.append(f"--jit_compile {hp.jit_compile!r} is not one of {', '.join(SWITCHES)}")
+    if hp.length_multiple < 0:
+        problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
                  "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "keep_checkpoints",
                  "keep_step_checkpoints"):

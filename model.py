@@ -9,10 +9,13 @@ import keras
 import numpy as np
 from keras import ops
 
+import devices
 from modules import (NEG_INF, PACKAGE, DecoderBlock, EncoderBlock, GuardedAdam, LabelSmoothedCrossEntropy,
                      PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
+# Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
+JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 # The first greedy step attends over one key; Keras warns about a softmax over an axis of size 1.
 warnings.filterwarnings("ignore", message="You are using a softmax over axis")
 
@@ -124,7 +127,7 @@ class Transformer(keras.Model):
           caches N*K.
         """
         memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-        source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1], memory.dtype)  # (N, 1, 1, T1)
+        source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
         memory_kv = [block.cross_attention.memory_heads(memory) for block in self.decoder_blocks]
         shape = (ops.shape(memory)[0], self.num_heads, max_len * group, self.d_model // self.num_heads)
         caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
@@ -284,7 +287,8 @@ class Transformer(keras.Model):
         On TensorFlow, the decoding loops are compiled whole by XLA (`jit_compile`): one call per
         batch, fused kernels, buffers updated in place; XLA compiles once per batch shape and
         max_len. The reference's uncached step is a tf.function with relaxed shapes (one trace for
-        every prefix length). Other backends run eagerly.
+        every prefix length). On JAX, each is a `jax.jit` function of the model's variables (passed
+        in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
         """
         cache = self.__dict__.setdefault("_compiled_fns", {})
         if name not in cache:
@@ -293,8 +297,25 @@ class Transformer(keras.Model):
                 import tensorflow as tf
                 loop = name.endswith("_loop")
                 fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop)
+            elif keras.backend.backend() == "jax":
+                fn = self.jax_jit(fn, static=JAX_STATIC_ARGS.get(name, ()))
             cache[name] = fn
         return cache[name]
+
+    def jax_jit(self, fn, static=()):
+        """fn(*args) as a jax.jit function that reads the model's variables as an argument.
+
+        A plain jax.jit would bake the weights in as constants at the first call, and decoding
+        after more training would use the old ones.
+        """
+        import jax
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=list(zip(self.variables, values))):
+                return fn(*args)
+
+        jitted = jax.jit(stateless, static_argnums=tuple(i + 1 for i in static))
+        return lambda *args: jitted([v.value for v in self.variables], *args)
 
     def greedy_decode(self, source, max_len=None, min_len=0, cached=True, return_scores=False):
         """Translate a batch greedily, stopping once every sentence has produced </s>.
@@ -357,6 +378,37 @@ class Transformer(keras.Model):
                                                     int(beam_size), float(alpha))
         return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
 
+    def train_step(self, *args):
+        return self.multi_worker_logs(super().train_step(*args))
+
+    def test_step(self, *args):
+        return self.multi_worker_logs(super().test_step(*args))
+
+    def multi_worker_logs(self, logs):
+        """Give the step's scalar logs an axis in a multi-worker TensorFlow run.
+
+        Keras 3 averages a MultiWorkerMirroredStrategy run's logs with reduce(MEAN, axis=0),
+        which fails on scalars (tensorflow/tensorflow#72388); the mean of one-element vectors
+        over axis 0 and the workers is the scalar Keras means to report.
+        """
+        if keras.backend.backend() != "tensorflow":
+            return logs  # JAX and PyTorch steps return other structures; nothing to fix there
+        import tensorflow as tf
+        strategy = getattr(self, "_distribute_strategy", None)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.num_replicas_in_sync > 1:
+            return {name: ops.reshape(value, (1,)) for name, value in logs.items()}
+        return logs
+
+    def _maybe_symbolic_build(self, *args, **kwargs):
+        """Keras (TensorFlow trainer, under a tf.distribute strategy) builds what is not built yet
+        from the first batch averaged across replicas: the ids come back float32, and a
+        multi-worker strategy cannot average them at all. compile_model builds the model, the
+        loss and the optimizer beforehand, so nothing is left to build from data."""
+        loss = getattr(self, "_compile_loss", None)
+        if self.built and (loss is None or loss.built) and (self.optimizer is None or self.optimizer.built):
+            return
+        super()._maybe_symbolic_build(*args, **kwargs)
+
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
@@ -392,5 +444,10 @@ def compile_model(model, hp):
     adam = GuardedAdam if hp.skip_nonfinite else keras.optimizers.Adam
     optimizer = adam(learning_rate=WarmupInverseSqrt(hp.lr, hp.warmup_steps), beta_1=0.9, beta_2=0.98,
                      epsilon=1e-9)
-    model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD))
+    model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD),
+                  jit_compile=devices.jit_compile(hp))
+    # Build the compiled loss and the optimizer now (see Transformer._maybe_symbolic_build).
+    dummy = np.array([[4, EOS]], np.int32)
+    model.compute_loss(x=(dummy, dummy), y=dummy, y_pred=model((dummy, dummy)), training=False)
+    model.optimizer.build(model.trainable_variables)
     return model

@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 import zipfile
 
@@ -24,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 import data_load
+import devices
 import hyperparams
 from eval import bleu_scores, checkpoints, format_scores, load_checkpoint, translate_lines, write_results
 from utils import UserError, atomic_write, run_cli, section
@@ -43,6 +45,7 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
             self.start, self.tokens = time.time(), 0
 
         def on_train_batch_end(self, batch, logs=None):
+            sync_state(self.model)
             self.tokens += tokens_per_step[batch]
             self.bar.update(1)
             if batch % 10 == 0 or batch == len(tokens_per_step) - 1:
@@ -82,10 +85,15 @@ def training_state(model, epoch, batch, loss_total, loss_count):
                 loss_total=loss_total, loss_count=loss_count)
 
 
+def sync_state(model):
+    """Bring the variables into the model: the JAX trainer keeps them outside it during fit."""
+    if getattr(model, "_jax_state", None) is not None:
+        model.jax_state_sync()
+
+
 def save_checkpoint(model, path, state):
     """model.save plus the training state in the same zip, renamed into place once complete."""
-    if hasattr(model, "jax_state_sync"):  # the JAX trainer keeps variables outside the model mid-fit
-        model.jax_state_sync()
+    sync_state(model)
     with atomic_write(path) as tmp:
         model.save(tmp)
         with zipfile.ZipFile(tmp, "a") as z:
@@ -141,8 +149,7 @@ def restore(path, state, hp):
     import model as transformer
 
     model = load_checkpoint(path, hp)
-    transformer.compile_model(model, hp)
-    model.optimizer.build(model.trainable_variables)
+    transformer.compile_model(model, hp)  # builds the optimizer
     # load_checkpoint(compile=False) skips the optimizer: load it with the weights
     model.load_weights(path)
     if state.get("rng"):
@@ -191,6 +198,7 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
             self.batch, self.nonfinite, self.saved, self.last_saved_step = first_batch, None, None, None
 
         def on_train_batch_end(self, batch, logs=None):
+            sync_state(self.model)
             self.batch = first_batch + batch + 1
             total = float(keras.ops.convert_to_numpy(self.tracker.total))
             count = float(keras.ops.convert_to_numpy(self.tracker.count))
@@ -266,25 +274,27 @@ def main(argv=None):
     import model as transformer
 
     section("Settings")
+    run = devices.setup(hp)  # first: a multi-worker strategy must exist before other TensorFlow work
+    print(run.describe())
+    if hp.skip_nonfinite and devices.backend() != "tensorflow":
+        raise UserError("--skip_nonfinite 1 (GuardedAdam) works with KERAS_BACKEND=tensorflow only")
     check_logdir(hp)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
-    print(f"saved to {hyperparams.save_hparams(hp, hp.logdir)}")
+    # In a multi-worker run every worker reads hp.logdir (shared storage) and only the chief
+    # writes there; the others write into a scratch directory.
+    out = hp if run.chief else dataclasses.replace(hp, logdir=tempfile.mkdtemp(prefix="transformer-worker-"))
+    print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
     keras.utils.set_random_seed(hp.seed)
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-        gpus = tf.config.list_physical_devices("GPU")
-        print(f"backend tensorflow, {'GPU: ' + ', '.join(g.name for g in gpus) if gpus else 'CPU'}")
-    else:
-        import jax
-        print(f"backend {keras.backend.backend()}, devices {jax.devices()}")
 
     section("Load data")
     meta = data_load.load_meta(hp.prepro_dir)
     sp = data_load.load_vocab(hp.prepro_dir)
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
-                                   hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2)
+                                   hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
+                                   run.length_multiple)
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
-          f"maxlen2 {hp.maxlen2}")
+          f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
+          f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
     dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
     dev_refs = data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)
     dev_sources = data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)
@@ -299,7 +309,8 @@ def main(argv=None):
     start_epoch, start_batch, carry = 0, 0, (0.0, 0.0)
     if found:
         path, state = found
-        model = restore(path, state, hp)
+        with run.scope:
+            model = restore(path, state, hp)
         start_epoch, start_batch = state["epoch"], state["batch"]
         carry = (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
         step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
@@ -307,7 +318,8 @@ def main(argv=None):
                  f"epoch {start_epoch + 1}, batch {start_batch} of {len(train.plan(start_epoch))}")
         print(f"resuming from {path}: {where}, step {step}")
     else:
-        model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp)
+        with run.scope:
+            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp)
     print(f"{model.count_params():,} parameters")
     if start_epoch >= hp.num_epochs:
         print(f"{hp.logdir} already holds {start_epoch} epochs (num_epochs {hp.num_epochs}): nothing to do")
@@ -321,9 +333,12 @@ def main(argv=None):
             rest = plan[first:]
             tokens = train.target_tokens(rest)
             progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens)
-            guard = guard_callback(hp, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
+            guard = guard_callback(out, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
             if rest:
-                dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
+                if devices.backend() == "tensorflow":
+                    dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
+                else:  # NumPy batches: no TensorFlow needed
+                    dataset = train.batches(rest)
                 model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
                           callbacks=[progress, guard])
             if guard.nonfinite:
@@ -350,16 +365,16 @@ def main(argv=None):
             eval_seconds = time.time() - start
 
             name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
-            write_results(os.path.join(hp.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
+            write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
                           dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
-            save_checkpoint(model, os.path.join(hp.logdir, "ckpt", name + ".keras"),
+            save_checkpoint(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
                             training_state(model, epoch + 1, 0, 0.0, 0.0))
-            prune(hp.logdir, hp.keep_checkpoints)
-            for old in step_checkpoints(hp.logdir):  # older than the epoch checkpoint
+            prune(out.logdir, hp.keep_checkpoints)
+            for old in step_checkpoints(out.logdir):  # older than the epoch checkpoint
                 os.remove(old)
             lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
             seconds = max(progress.seconds, 1e-9)
-            write_scalars(hp.logdir, epoch + 1, dict(
+            write_scalars(out.logdir, epoch + 1, dict(
                 train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
                 dev_bleu_reference=scores["reference"], lr=lr,
                 step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,

@@ -1,0 +1,166 @@
+"""Where and how a run computes: the backend's devices, mixed precision, XLA compilation, the
+padding multiple of training batches and data parallelism, resolved once from the settings.
+
+The `auto` choices (README, "GPUs, backends and several devices"):
+  - precision: mixed_bfloat16 on a GPU that has bfloat16 units (compute capability 8.0 or newer),
+    float32 elsewhere (a CPU gains nothing from it here: bfloat16 matmuls measured no faster).
+  - jit_compile: XLA on a GPU and always on JAX (compiled by nature); off for TensorFlow on a
+    CPU, where XLA made training steps slower.
+  - length_multiple: 8 where every batch shape is compiled (few shapes), else 1 (least padding).
+  - strategy: MultiWorkerMirroredStrategy when TF_CONFIG names several workers, MirroredStrategy
+    when TensorFlow sees several GPUs, keras.distribution.DataParallel when JAX sees several
+    devices; else one device. The engines do the work: no parallelism code of our own.
+"""
+import contextlib
+import dataclasses
+import json
+import os
+
+import keras
+
+from utils import UserError
+
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
+
+
+def backend():
+    return keras.backend.backend()
+
+
+def gpus():
+    """The GPUs the backend sees."""
+    if backend() == "tensorflow":
+        import tensorflow as tf
+        return tf.config.list_physical_devices("GPU")
+    if backend() == "jax":
+        import jax
+        return [d for d in jax.devices() if d.platform == "gpu"]
+    if backend() == "torch":
+        import torch
+        return list(range(torch.cuda.device_count()))
+    return []
+
+
+def compute_capability():
+    """(major, minor) of the first GPU, or None."""
+    found = gpus()
+    if not found:
+        return None
+    if backend() == "tensorflow":
+        import tensorflow as tf
+        return tuple(tf.config.experimental.get_device_details(found[0]).get("compute_capability", (0, 0)))
+    if backend() == "jax":
+        return tuple(int(x) for x in str(getattr(found[0], "compute_capability", "0.0")).split("."))
+    import torch
+    return tuple(torch.cuda.get_device_capability(0))
+
+
+def precision(hp):
+    """The Keras dtype policy name of a run."""
+    if hp.precision != "auto":
+        return hp.precision
+    capability = compute_capability()
+    return "mixed_bfloat16" if capability and capability >= (8, 0) else "float32"
+
+
+def jit_compile(hp):
+    """Whether training steps are compiled by XLA."""
+    if hp.jit_compile == "auto":
+        return backend() == "jax" or (backend() == "tensorflow" and bool(gpus()))
+    return hp.jit_compile == "on"
+
+
+def length_multiple(hp):
+    """The multiple that training batch lengths are padded to."""
+    if hp.length_multiple:
+        return hp.length_multiple
+    return 8 if jit_compile(hp) else 1
+
+
+def tf_config_workers():
+    """(number of workers, this one's index) from TF_CONFIG; (1, 0) without it."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return 1, 0
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config["task"]
+        workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+        index = task["index"] + (len(cluster.get("chief", [])) if task["type"] == "worker" else 0)
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UserError(f"TF_CONFIG is not a valid cluster description ({e}): see the README, "
+                        f"'Several machines'") from None
+    return workers, index
+
+
+def strategy_name(hp):
+    """The data-parallel strategy of a run, `auto` resolved."""
+    if hp.strategy != "auto":
+        return hp.strategy
+    if backend() == "tensorflow":
+        if tf_config_workers()[0] > 1:
+            return "multi_worker"
+        return "mirrored" if len(gpus()) > 1 else "one"
+    if backend() == "jax":
+        import jax
+        return "data_parallel" if len(jax.devices()) > 1 else "one"
+    return "one"
+
+
+@dataclasses.dataclass
+class Setup:
+    """What `setup` chose, and the scope to build, compile and restore the model in."""
+    precision: str
+    jit_compile: bool
+    length_multiple: int
+    strategy: str
+    replicas: int
+    chief: bool  # writes checkpoints and logs (the others of a multi-worker run do not)
+    scope: object
+
+    def describe(self):
+        return (f"backend {backend()}, {len(gpus())} GPU(s), precision {self.precision}, "
+                f"XLA {'on' if self.jit_compile else 'off'}, lengths padded to multiples of "
+                f"{self.length_multiple}, strategy {self.strategy} ({self.replicas} replica(s))")
+
+
+def setup(hp, devices=None):
+    """Resolve the `auto` settings, set the global dtype policy and create the strategy.
+
+    Call it first (MultiWorkerMirroredStrategy must exist before other TensorFlow work).
+
+    Args:
+      hp: Hparams.
+      devices: for mirrored/data_parallel, the device names to use (default: every GPU, or every
+        device JAX sees); tests pass two logical CPUs.
+    """
+    for name, value, choices in (("precision", hp.precision, PRECISIONS), ("strategy", hp.strategy, STRATEGIES)):
+        if value not in choices:
+            raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
+    name = strategy_name(hp)
+    scope, replicas, chief = contextlib.nullcontext(), 1, True
+    if name in ("mirrored", "multi_worker") and backend() != "tensorflow":
+        raise UserError(f"--strategy {name} is TensorFlow's: with KERAS_BACKEND={backend()} use data_parallel")
+    if name == "data_parallel" and backend() != "jax":
+        raise UserError("--strategy data_parallel is keras.distribution's (JAX backend): with TensorFlow "
+                        "use mirrored, or multi_worker with TF_CONFIG")
+    if name == "multi_worker":
+        import tensorflow as tf
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        scope, replicas = strategy.scope(), strategy.num_replicas_in_sync
+        chief = tf_config_workers()[1] == 0
+    elif name == "mirrored":
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy(devices)
+        scope, replicas = strategy.scope(), strategy.num_replicas_in_sync
+    elif name == "data_parallel":
+        import jax
+        chosen = devices or jax.devices()
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=chosen))
+        replicas = len(chosen)
+    policy = precision(hp)
+    if policy != "float32" and not gpus():
+        print(f"note: --precision {policy} on a CPU: expect no speed-up (see README)")
+    keras.mixed_precision.set_global_policy(policy)
+    return Setup(policy, jit_compile(hp), length_multiple(hp), name, replicas, chief, scope)
