@@ -1,22 +1,34 @@
 """Training speed, side by side in one run: the machine's matmul throughput, training throughput
-with token-budget bucketed batches, and with reference-shaped batches.
+with token-budget bucketed batches, with reference-shaped batches and, optionally, with synthetic
+batches shaped like IWSLT 2016, projected to a whole IWSLT 2016 run.
 
-    python bench/train_speed.py --preset multi30k --steps 30
+    python bench/train_speed.py --preset multi30k --steps 30                     # a 2-core CPU
+    KERAS_BACKEND=jax python bench/train_speed.py --preset iwslt2016 \\
+        --prepro_dir prepro/multi30k --iwslt_synthetic 1                         # a GPU, bf16
 
 Measures, through the same Keras backend:
-  - fp32 matmul GFLOP/s (best of a few square sizes);
+  - matmul GFLOP/s in float32 and, where the run uses it, bfloat16/float16 (best of a few
+    square sizes: 1024-3072 on a CPU, 4096-8192 on a GPU);
   - training after warm-up: target tokens/s, source+target tokens/s, seconds per step, training
     FLOPs per step counted from the layer shapes over the real (unpadded) tokens: 6 x weights x
     tokens for every matmul (encoder per source token, decoder and output projection per target
     token, cross-attention keys/values per source token) plus 3 x the forward attention products
     (4 x T_q x T_k x d_model per layer and sentence); achieved GFLOP/s and its ratio to the matmul
-    figure (MFU); peak resident memory;
-  - the same with reference-shaped batches: 128 sentences in random order, padded to the longest.
-Batches come from the preset's prepro output (its train split); run prepro.py first.
+    peak of the run's precision (MFU); peak resident memory. The warm-up trains once on a batch of
+    every distinct shape (each shape is one compilation under XLA/JAX: their number is printed);
+  - the same with reference-shaped batches: 128 sentences in random order, padded to the longest;
+  - with --iwslt_synthetic 1: random ids whose lengths follow IWSLT 2016 de-en (196,884 training
+    pairs, about 23 source and 22 target tokens on average, lengths up to maxlen 100), batched as
+    train.py batches them, with the model's vocabulary; from its s/step the seconds per IWSLT 2016
+    epoch and for the preset's num_epochs are projected.
+Real batches come from --prepro_dir (its train split; run prepro.py first) with the preset's model
+size over that vocabulary.
 
 The last line is machine-readable:
 train_speed preset=<p> tgt_tok_s=<n> mfu=<x> ref_shaped_tgt_tok_s=<n> peak_rss_mb=<n>
+[iwslt_tgt_tok_s=<n> iwslt_mfu=<x> iwslt_epoch_s=<n> iwslt_run_min=<n>]
 """
+import dataclasses
 import os
 import resource
 import sys
@@ -29,21 +41,28 @@ import numpy as np  # noqa: E402
 import common  # noqa: E402  (bench/common.py)
 
 import data_load  # noqa: E402
+import devices  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
+IWSLT_PAIRS = 196_884  # IWSLT 2016 de-en training pairs after prepro (train.tags, tag lines dropped)
 
-def matmul_gflops(sizes=(1024, 2048, 3072), repeats=5):
-    """Best fp32 matmul throughput of the backend over a few square sizes, in GFLOP/s."""
+
+def matmul_gflops(dtype="float32", sizes=None, repeats=5):
+    """Best matmul throughput of the backend over a few square sizes, in GFLOP/s."""
     import keras
     from keras import ops
 
+    sizes = sizes or ((4096, 6144, 8192) if devices.gpus() else (1024, 2048, 3072))
     matmul = ops.matmul
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
         matmul = tf.function(ops.matmul)
+    elif keras.backend.backend() == "jax":
+        import jax
+        matmul = jax.jit(ops.matmul)
     best = 0.0
     for n in sizes:
-        a = ops.convert_to_tensor(np.random.default_rng(0).standard_normal((n, n)).astype("float32"))
+        a = ops.cast(np.random.default_rng(0).standard_normal((n, n)).astype("float32"), dtype)
         ops.convert_to_numpy(matmul(a, a)[0, 0])  # warm up
         for _ in range(repeats):
             start = time.perf_counter()
@@ -66,74 +85,131 @@ def training_flops(hp, vocab_size, src_lens, tgt_lens):
 
 
 def measure(model, batches, hp, vocab_size):
-    """Train on the batches twice: once untimed (every shape traced), then timed.
+    """Train once on a batch of every distinct shape (tracing, compiling), then time all batches.
 
     Returns a dict of figures."""
+    shapes = {}
+    for (x, d), y in batches:
+        shapes.setdefault((x.shape, d.shape), ((x, d), y))
+    start = time.perf_counter()
+    for (x, d), y in shapes.values():
+        model.train_on_batch((x, d), y)
+    warmup = time.perf_counter() - start
+    start = time.perf_counter()
     for (x, d), y in batches:
         model.train_on_batch((x, d), y)
-    timed = batches
-    start = time.perf_counter()
-    for (x, d), y in timed:
-        model.train_on_batch((x, d), y)
     seconds = time.perf_counter() - start
-    src_lens = [int((x != 0).sum(1).sum()) for (x, _), _ in timed]
-    tgt_lens = [int((y != 0).sum(1).sum()) for _, y in timed]
-    flops = sum(training_flops(hp, vocab_size, (x != 0).sum(1), (y != 0).sum(1)) for (x, _), y in timed)
-    padded = sum(x.size + y.size for (x, _), y in timed)
-    return dict(seconds=seconds, steps=len(timed), tgt_tok_s=sum(tgt_lens) / seconds,
-                tok_s=(sum(src_lens) + sum(tgt_lens)) / seconds, step_s=seconds / len(timed),
-                gflops=flops / seconds / 1e9, flops_per_step=flops / len(timed),
-                padding=1 - (sum(src_lens) + sum(tgt_lens)) / padded)
+    src_lens = [int((x != 0).sum(1).sum()) for (x, _), _ in batches]
+    tgt_lens = [int((y != 0).sum(1).sum()) for _, y in batches]
+    flops = sum(training_flops(hp, vocab_size, (x != 0).sum(1), (y != 0).sum(1)) for (x, _), y in batches)
+    padded = sum(x.size + y.size for (x, _), y in batches)
+    return dict(seconds=seconds, steps=len(batches), tgt_tok_s=sum(tgt_lens) / seconds,
+                tok_s=(sum(src_lens) + sum(tgt_lens)) / seconds, step_s=seconds / len(batches),
+                gflops=flops / seconds / 1e9, flops_per_step=flops / len(batches),
+                padding=1 - (sum(src_lens) + sum(tgt_lens)) / padded, shapes=len(shapes), warmup=warmup)
 
 
 def reference_shaped(src, tgt, steps, seed, batch_size=128):
-    """Batches as the reference forms them: batch_size random sentences padded to the longest."""
+    """Batches as the reference forms them: batch_size random sentences padded to the longest
+    (tf.data padded_batch: no rounding up)."""
     rng = np.random.default_rng(seed)
     needed = steps * batch_size  # a small corpus is gone through more than once
     order = np.concatenate([rng.permutation(len(src)) for _ in range(-(-needed // len(src)))])
     return [data_load.training_arrays([src[i] for i in order[j:j + batch_size]],
-                                      [tgt[i] for i in order[j:j + batch_size]])
+                                      [tgt[i] for i in order[j:j + batch_size]], multiple=1)
             for j in range(0, steps * batch_size, batch_size)]
+
+
+def iwslt_like(vocab_size, seed, pairs=IWSLT_PAIRS, maxlen=100):
+    """Random id sequences (src, tgt) whose lengths follow IWSLT 2016 de-en subword statistics.
+
+    Source lengths: a gamma distribution (shape 2.2, mean 23 tokens: TED sentences are long-tailed);
+    target: the source length times a log-normal ratio of median 0.95; both clipped to
+    [1, maxlen - 1] so that every pair fits with </s>.
+    """
+    rng = np.random.default_rng(seed)
+    src_lens = np.clip(np.round(rng.gamma(2.2, 23 / 2.2, pairs)), 1, maxlen - 1).astype(int)
+    tgt_lens = np.clip(np.round(src_lens * 0.95 * rng.lognormal(0, 0.2, pairs)), 1, maxlen - 1).astype(int)
+    ids = lambda n: rng.integers(4, vocab_size, n).astype(np.int32)
+    return [ids(n) for n in src_lens], [ids(n) for n in tgt_lens]
+
+
+def report(name, r, peak):
+    print(f"{name}: {r['tgt_tok_s']:.0f} target tok/s, {r['tok_s']:.0f} source+target tok/s, {r['step_s']:.3f} s/step, "
+          f"{r['flops_per_step'] / 1e9:.1f} GFLOP/step, {r['gflops']:.0f} GFLOP/s, MFU {r['gflops'] / peak:.2f}, "
+          f"padding {100 * r['padding']:.0f}%, {r['shapes']} batch shapes (warm-up {r['warmup']:.1f} s)", flush=True)
 
 
 def main(argv=None):
     parser = common.parser(__doc__)
-    parser.add_argument("--steps", type=int, default=30,
-                        help="batches per measurement, each trained on twice: untimed (tracing), then timed")
+    parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
+    parser.add_argument("--precision", default="auto", choices=devices.PRECISIONS,
+                        help="auto: mixed_bfloat16 on a GPU with bfloat16 units, else float32")
+    parser.add_argument("--jit_compile", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument("--reference_shaped", type=int, default=1, help="also measure reference-shaped batches")
+    parser.add_argument("--iwslt_synthetic", type=int, default=0,
+                        help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
     args, hp = common.parse(parser, argv)
+    hp = dataclasses.replace(hp, precision=args.precision, jit_compile=args.jit_compile, strategy="one")
     import keras
 
     import model as transformer
 
+    run = devices.setup(hp)
+    print(run.describe())
+
     section("Matmul")
-    peak = matmul_gflops()
-    print(f"fp32 matmul, backend {keras.backend.backend()}: {peak:.0f} GFLOP/s")
+    peaks = {"float32": matmul_gflops("float32")}
+    compute = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(run.precision, "float32")
+    if compute != "float32":
+        peaks[compute] = matmul_gflops(compute)
+    for dtype, value in peaks.items():
+        print(f"{dtype} matmul, backend {keras.backend.backend()}: {value:.0f} GFLOP/s")
+    peak = peaks[compute]
+    print(f"MFU below is against the {compute} figure")
 
     section("Data")
     vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
-                                   args.seed, hp.maxlen1, hp.maxlen2)
-    plan = train.plan(0)[:args.steps]
-    bucketed = list(train.batches(plan))
-    ref = reference_shaped(train.src, train.tgt, args.steps, args.seed)
+                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
+    runs = [("bucketed", hp, vocab_size, list(train.batches(train.plan(0)[:args.steps])))]
+    if args.reference_shaped:
+        runs.append(("reference-shaped", hp, vocab_size, reference_shaped(train.src, train.tgt, args.steps, args.seed)))
     print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
-          f"{hp.num_heads} heads, vocab {vocab_size}; token budget {hp.tokens_per_batch}")
+          f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}); token budget {hp.tokens_per_batch}")
+    if args.iwslt_synthetic:
+        iwslt_vocab = hp.vocab_size
+        src, tgt = iwslt_like(iwslt_vocab, args.seed)
+        synthetic = data_load.TrainBatches(src, tgt, hp.tokens_per_batch, args.seed, hp.maxlen1, hp.maxlen2,
+                                           run.length_multiple)
+        iwslt_plan = synthetic.plan(0)
+        print(f"IWSLT 2016-shaped: {len(src):,} pairs, mean {np.mean(synthetic.src_lens) - 1:.1f} source / "
+              f"{np.mean(synthetic.tgt_lens) - 1:.1f} target tokens, vocab {iwslt_vocab}: {len(iwslt_plan)} batches "
+              f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes")
+        order = np.random.default_rng(args.seed).permutation(len(iwslt_plan))[:args.steps]
+        runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, list(synthetic.batches([iwslt_plan[i] for i in order]))))
 
     results = {}
-    for name, batches in (("bucketed", bucketed), ("reference-shaped", ref)):
+    for name, run_hp, vocab, batches in runs:
         section(f"Train: {name} batches")
         keras.utils.set_random_seed(args.seed)
-        model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp)
-        r = measure(model, batches, hp, vocab_size)
-        results[name] = r
-        print(f"{r['tgt_tok_s']:.0f} target tok/s, {r['tok_s']:.0f} source+target tok/s, {r['step_s']:.3f} s/step, "
-              f"{r['flops_per_step'] / 1e9:.1f} GFLOP/step, {r['gflops']:.0f} GFLOP/s, MFU {r['gflops'] / peak:.2f}, "
-              f"padding {100 * r['padding']:.0f}%", flush=True)
+        model = transformer.compile_model(transformer.make_model(run_hp, vocab), run_hp)
+        results[name] = measure(model, batches, run_hp, vocab)
+        report(name, results[name], peak)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     b = results["bucketed"]
     print(f"peak resident memory {peak_rss_mb:.0f} MB")
-    print(f"train_speed preset={args.preset} tgt_tok_s={b['tgt_tok_s']:.0f} mfu={b['gflops'] / peak:.2f} "
-          f"ref_shaped_tgt_tok_s={results['reference-shaped']['tgt_tok_s']:.0f} peak_rss_mb={peak_rss_mb:.0f}")
+    line = (f"train_speed preset={args.preset} tgt_tok_s={b['tgt_tok_s']:.0f} mfu={b['gflops'] / peak:.2f} "
+            f"ref_shaped_tgt_tok_s={results.get('reference-shaped', {}).get('tgt_tok_s', float('nan')):.0f} "
+            f"peak_rss_mb={peak_rss_mb:.0f}")
+    if args.iwslt_synthetic:
+        r = results["IWSLT 2016-shaped"]
+        epoch_s = r["step_s"] * len(iwslt_plan)
+        print(f"projected IWSLT 2016: {len(iwslt_plan)} steps x {r['step_s']:.3f} s = {epoch_s:.0f} s an epoch, "
+              f"{hp.num_epochs} epochs {hp.num_epochs * epoch_s / 60:.1f} min (training steps only)")
+        line += (f" iwslt_tgt_tok_s={r['tgt_tok_s']:.0f} iwslt_mfu={r['gflops'] / peak:.2f} iwslt_epoch_s={epoch_s:.0f} "
+                 f"iwslt_run_min={hp.num_epochs * epoch_s / 60:.1f}")
+    print(line)
 
 
 if __name__ == "__main__":
