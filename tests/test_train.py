@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_script
 
-# 30 steps per epoch on corpora/sample, a mid-epoch checkpoint every 5
+# 24 steps per epoch on corpora/sample (lengths padded exactly), a mid-epoch checkpoint every 5
 SETTINGS = ["--num_epochs", "3", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
 
 
@@ -89,7 +89,7 @@ def test_sigkill_mid_epoch_then_resume_finishes_as_if_never_stopped(baseline, tm
     step = int(re.search(r"S(\d+)\.keras$", newest).group(1))
     resumed = train(prepro_dir, logdir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert re.search(rf"resuming from {re.escape(newest)}: epoch 1, batch {step} of 30, step {step}\n",
+    assert re.search(rf"resuming from {re.escape(newest)}: epoch 1, batch {step} of 24, step {step}\n",
                      resumed.stdout), resumed.stdout[:3000]
     assert_same_run(logdir, reference)
     assert not glob.glob(os.path.join(logdir, "ckpt", "steps", "*.keras"))  # superseded by epoch checkpoints
@@ -102,13 +102,13 @@ def test_sigterm_saves_a_checkpoint_and_exits(baseline, tmp_path):
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, err[-3000:]
-    saved = re.search(r"stopped by SIGTERM in epoch 1 at batch (\d+) of 30: saved (\S+S(\d+)\.keras)", out)
+    saved = re.search(r"stopped by SIGTERM in epoch 1 at batch (\d+) of 24: saved (\S+S(\d+)\.keras)", out)
     assert saved and saved.group(1) == str(int(saved.group(3))), out[-2000:]
     assert os.path.isfile(saved.group(2))
     assert len(os.listdir(logdir / "ckpt" / "steps")) <= 2  # keep_step_checkpoints
     resumed = train(prepro_dir, logdir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming from {saved.group(2)}: epoch 1, batch {saved.group(1)} of 30" in resumed.stdout
+    assert f"resuming from {saved.group(2)}: epoch 1, batch {saved.group(1)} of 24" in resumed.stdout
     assert_same_run(logdir, reference)
 
 
@@ -122,7 +122,7 @@ def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline,
     run = train(prepro_dir, logdir, "--num_epochs", "4", "--lr", "1e30", "--warmup_steps", "0")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     error = run.stderr.strip().splitlines()[-1]
-    assert re.search(rf"training loss became nan at step 9\d \(epoch 4, batch \d+\); the last good checkpoint, "
+    assert re.search(rf"training loss became nan at step \d+ \(epoch 4, batch \d+\); the last good checkpoint, "
                      rf"{re.escape(last)}, is untouched", error), error
     assert hashlib.sha256(open(last, "rb").read()).hexdigest() == digest
     assert sorted(os.listdir(logdir / "ckpt")) == before
