@@ -10,6 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if __name__ == "__main__":
     sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
-    sys.path.insert(0, ROOT)
     sys.argv = sys.argv[1:]
-    runpy.run_path(os.path.join(ROOT, sys.argv[0]), run_name="__main__")
+    script = os.path.join(ROOT, sys.argv[0])
+    sys.path[:0] = [os.path.dirname(script), ROOT]  # as `python SCRIPT` would, and the project
+    runpy.run_path(script, run_name="__main__")
