@@ -57,3 +57,23 @@ def test_copy_task_learns_to_exact_match(copy_model):
     out = m.greedy_decode(tx, max_len=8)
     hits = sum(list(o[:list(t).index(EOS) + 1]) == list(t[:list(t).index(EOS) + 1]) for o, t in zip(out, ty))
     assert hits / len(ty) >= 0.95, f"copy exact match {hits}/{len(ty)}"
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_with_float32_logits_and_loss_scaling(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        m, hp = tiny()
+        transformer.compile_model(m, hp)
+        assert m.embedding.embeddings.dtype == "float32"  # weights stay float32
+        x = np.array([[5, 6, 7, EOS], [8, EOS, PAD, PAD]])
+        d = np.array([[BOS, 9, 10], [BOS, 11, PAD]])
+        y = np.array([[9, 10, EOS], [11, EOS, PAD]])
+        assert keras.backend.standardize_dtype(m((x, d)).dtype) == "float32"  # logits for softmax and loss
+        assert isinstance(m.optimizer, keras.optimizers.LossScaleOptimizer) == (policy == "mixed_float16")
+        losses = [float(m.train_on_batch((x, d), y)) for _ in range(5)]
+        assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+        assert m.greedy_decode(x, max_len=6).shape[0] == 2
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
