@@ -20,10 +20,6 @@ import keras
 
 from utils import UserError
 
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
-STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
-
-
 def backend():
     return keras.backend.backend()
 
@@ -135,10 +131,7 @@ def setup(hp, devices=None):
       devices: for mirrored/data_parallel, the device names to use (default: every GPU, or every
         device JAX sees); tests pass two logical CPUs.
     """
-    for name, value, choices in (("precision", hp.precision, PRECISIONS), ("strategy", hp.strategy, STRATEGIES)):
-        if value not in choices:
-            raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-    name = strategy_name(hp)
+    name = strategy_name(hp)  # hp is validated: every value is one of hyperparams' choices
     scope, replicas, chief = contextlib.nullcontext(), 1, True
     if name in ("mirrored", "multi_worker") and backend() != "tensorflow":
         raise UserError(f"--strategy {name} is TensorFlow's: with KERAS_BACKEND={backend()} use data_parallel")

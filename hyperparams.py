@@ -15,6 +15,8 @@ from utils import UserError, atomic_write
 
 CORPUS_FORMATS = ("parallel", "iwslt")
 SWITCHES = ("auto", "on", "off")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
 POSITIONAL = ("sinusoid", "learned")
 
 
@@ -127,12 +129,10 @@ def preset(name):
 def validate(hp):
     """Raise UserError for settings that cannot work."""
     problems = []
-    if hp.corpus not in CORPUS_FORMATS:
-        problems.append(f"--corpus {hp.corpus!r} is not one of {', '.join(CORPUS_FORMATS)}")
-    if hp.positional not in POSITIONAL:
-        problems.append(f"--positional {hp.positional!r} is not one of {', '.join(POSITIONAL)}")
-    if hp.jit_compile not in SWITCHES:
-        problems.append(f"--jit_compile {hp.jit_compile!r} is not one of {', '.join(SWITCHES)}")
+    for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
+                          ("precision", PRECISIONS), ("strategy", STRATEGIES)):
+        if getattr(hp, name) not in choices:
+            problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:
         problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",

@@ -106,8 +106,9 @@ class PositionalEncoding(keras.layers.Layer):
                 "kind": self.kind}
 
 
-def attention_bias(key_padding_mask, causal, query_length, key_length, dtype="float32"):
-    """Additive attention bias from masks: 0 where attending is allowed, NEG_INF where not.
+def attention_bias(key_padding_mask, causal, query_length, key_length):
+    """Additive float32 attention bias from masks: 0 where attending is allowed, NEG_INF where not
+    (float32 under mixed precision too: the softmax it is added to runs in float32).
 
     Args:
       key_padding_mask: (N, Tk) bool, True at real tokens; or None.
@@ -126,7 +127,7 @@ def attention_bias(key_padding_mask, causal, query_length, key_length, dtype="fl
         allowed = future if allowed is None else ops.logical_and(allowed, future)  # (N, 1, Tq, Tk)
     if allowed is None:
         return None
-    return ops.where(allowed, ops.zeros((), dtype), ops.full((), NEG_INF, dtype))
+    return ops.where(allowed, ops.zeros((), "float32"), ops.full((), NEG_INF, "float32"))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -42,6 +42,7 @@ import common  # noqa: E402  (bench/common.py)
 
 import data_load  # noqa: E402
 import devices  # noqa: E402
+import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
 IWSLT_PAIRS = 196_884  # IWSLT 2016 de-en training pairs after prepro (train.tags, tag lines dropped)
@@ -143,9 +144,9 @@ def report(name, r, peak):
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
-    parser.add_argument("--precision", default="auto", choices=devices.PRECISIONS,
+    parser.add_argument("--precision", default="auto", choices=hyperparams.PRECISIONS,
                         help="auto: mixed_bfloat16 on a GPU with bfloat16 units, else float32")
-    parser.add_argument("--jit_compile", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument("--jit_compile", default="auto", choices=hyperparams.SWITCHES)
     parser.add_argument("--reference_shaped", type=int, default=1, help="also measure reference-shaped batches")
     parser.add_argument("--iwslt_synthetic", type=int, default=0,
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
