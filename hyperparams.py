@@ -85,7 +85,7 @@ PRESETS = {
         tokens_per_batch=2048,
         lr=1e-3,
         warmup_steps=600,
-        num_epochs=13,
+        num_epochs=12,
         logdir="log/multi30k",
         eval_sentences=0,
     ),

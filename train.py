@@ -268,6 +268,7 @@ def write_scalars(logdir, epoch, values):
 
 
 def main(argv=None):
+    started = time.time()
     hp, _, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv)
     import keras
 
@@ -365,6 +366,7 @@ def main(argv=None):
             eval_seconds = time.time() - start
 
             name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
+            start = time.time()
             write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
                           dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
             save_checkpoint(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
@@ -372,14 +374,15 @@ def main(argv=None):
             prune(out.logdir, hp.keep_checkpoints)
             for old in step_checkpoints(out.logdir):  # older than the epoch checkpoint
                 os.remove(old)
+            save_seconds = time.time() - start
             lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
             seconds = max(progress.seconds, 1e-9)
             write_scalars(out.logdir, epoch + 1, dict(
                 train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
                 dev_bleu_reference=scores["reference"], lr=lr,
                 step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
-                train_seconds=progress.seconds, eval_seconds=eval_seconds,
-                tgt_tokens_per_s=sum(tokens) / seconds))
+                train_seconds=progress.seconds, eval_seconds=eval_seconds, save_seconds=save_seconds,
+                elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
             print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
                   f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
                   f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
