@@ -17,6 +17,9 @@ Measures, through the same Keras backend:
     peak of the run's precision (MFU); peak resident memory. The warm-up trains once on a batch of
     every distinct shape (each shape is one compilation under XLA/JAX: their number is printed);
   - the same with reference-shaped batches: 128 sentences in random order, padded to the longest;
+  - side by side, yardsticks of the same size on the same 128-sentence batches, random and
+    length-sorted (--yardsticks: a plain Keras 3 model and PyTorch's nn.Transformer, see
+    bench/yardsticks.py; PyTorch where it is installed), and this port on the length-sorted ones;
   - with --iwslt_synthetic 1: random ids whose lengths follow IWSLT 2016 de-en (196,884 training
     pairs, about 23 source and 22 target tokens on average, lengths up to maxlen 100), batched as
     train.py batches them, with the model's vocabulary; from its s/step the seconds per IWSLT 2016
@@ -26,6 +29,7 @@ size over that vocabulary.
 
 The last line is machine-readable:
 train_speed preset=<p> tgt_tok_s=<n> mfu=<x> ref_shaped_tgt_tok_s=<n> peak_rss_mb=<n>
+[sorted_tgt_tok_s=<n> <yardstick>_random_tgt_tok_s=<n> <yardstick>_sorted_tgt_tok_s=<n> ...]
 [iwslt_tgt_tok_s=<n> iwslt_mfu=<x> iwslt_epoch_s=<n> iwslt_run_min=<n>]
 """
 import dataclasses
@@ -39,11 +43,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import common  # noqa: E402  (bench/common.py)
+import yardsticks  # noqa: E402  (bench/yardsticks.py)
 
 import data_load  # noqa: E402
 import devices  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import run_cli, section  # noqa: E402
+from utils import UserError, run_cli, section  # noqa: E402
 
 IWSLT_PAIRS = 196_884  # IWSLT 2016 de-en training pairs after prepro (train.tags, tag lines dropped)
 
@@ -121,6 +126,17 @@ def reference_shaped(src, tgt, steps, seed, batch_size=128):
             for j in range(0, steps * batch_size, batch_size)]
 
 
+def length_sorted(src, tgt, steps, seed, batch_size=128):
+    """Batches of batch_size sentences of similar length: the corpus sorted by source then target
+    length (ties in random order), cut into batches, the batches in random order."""
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((rng.random(len(src)), [len(t) for t in tgt], [len(s) for s in src]))
+    chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    picked = np.resize(rng.permutation(len(chunks)), steps)  # a small corpus is gone through more than once
+    return [data_load.training_arrays([src[i] for i in chunks[c]], [tgt[i] for i in chunks[c]], multiple=1)
+            for c in picked]
+
+
 def iwslt_like(vocab_size, seed, pairs=IWSLT_PAIRS, maxlen=100):
     """Random id sequences (src, tgt) whose lengths follow IWSLT 2016 de-en subword statistics.
 
@@ -141,6 +157,53 @@ def report(name, r, peak):
           f"padding {100 * r['padding']:.0f}%, {r['shapes']} batch shapes (warm-up {r['warmup']:.1f} s)", flush=True)
 
 
+def side_by_side(names, hp, vocab_size, train, sorted_batches, results, peak, args):
+    """Train each yardstick on random and on length-sorted 128-sentence batches, print the three
+    models side by side; returns the summary line's fields for them."""
+    random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)
+    figures = {"this port": (results.get("reference-shaped") or measure_ours(hp, vocab_size, random_batches, args),
+                             results["length-sorted"])}
+    fields = ""
+    for name in names:
+        row = []
+        for kind, batches in (("random", random_batches), ("sorted", sorted_batches)):
+            section(f"Train: {yardsticks.NAMES[name]}, {kind} 128-sentence batches")
+            try:
+                model = yardsticks.build(name, hp, vocab_size, args.seed)
+            except ImportError as e:
+                print(f"skipped: {e}")
+                break
+            row.append(measure(model, batches, hp, vocab_size))
+            report(name, row[-1], peak)
+            fields += f" {name}_{kind}_tgt_tok_s={row[-1]['tgt_tok_s']:.0f}"
+        if len(row) == 2:
+            figures[yardsticks.NAMES[name]] = tuple(row)
+    section("Side by side: target tok/s on the same batches")
+    ours = results["bucketed"]["tgt_tok_s"]
+    print(f"{'model':45} {'random 128':>11} {'sorted 128':>11} {'token budget':>13}")
+    for name, (random, by_length) in figures.items():
+        budget = f"{ours:13.0f}" if name == "this port" else f"{'-':>13}"
+        print(f"{name:45} {random['tgt_tok_s']:11.0f} {by_length['tgt_tok_s']:11.0f} {budget}")
+    port_random, port_sorted = (r["tgt_tok_s"] for r in figures["this port"])
+    port_best = max(ours, port_random, port_sorted)
+    for name, (random, by_length) in list(figures.items())[1:]:
+        print(f"this port / {name}: {port_random / random['tgt_tok_s']:.2f}x on random, "
+              f"{port_sorted / by_length['tgt_tok_s']:.2f}x on sorted batches; best against best "
+              f"{port_best / max(random['tgt_tok_s'], by_length['tgt_tok_s']):.2f}x")
+    return fields
+
+
+def measure_ours(hp, vocab_size, batches, args):
+    """This port's figures on the given batches."""
+    import keras
+
+    import model as transformer
+
+    keras.utils.set_random_seed(args.seed)
+    model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp)
+    return measure(model, batches, hp, vocab_size)
+
+
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
@@ -148,13 +211,19 @@ def main(argv=None):
                         help="auto: mixed_bfloat16 on a GPU with bfloat16 units, else float32")
     parser.add_argument("--jit_compile", default="auto", choices=hyperparams.SWITCHES)
     parser.add_argument("--reference_shaped", type=int, default=1, help="also measure reference-shaped batches")
+    parser.add_argument("--yardsticks", default="keras,torch",
+                        help="comma-separated yardsticks trained on the same 128-sentence batches: keras (plain "
+                             "Keras 3), torch (PyTorch nn.Transformer, skipped if not installed); none: skip")
     parser.add_argument("--iwslt_synthetic", type=int, default=0,
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile=args.jit_compile, strategy="one")
+    names = [] if args.yardsticks == "none" else args.yardsticks.split(",")
+    for name in names:
+        if name not in yardsticks.NAMES:
+            raise UserError(f"--yardsticks {args.yardsticks}: unknown {name!r}; choose from "
+                            f"{', '.join(yardsticks.NAMES)} or none")
     import keras
-
-    import model as transformer
 
     run = devices.setup(hp)
     print(run.describe())
@@ -178,6 +247,9 @@ def main(argv=None):
         runs.append(("reference-shaped", hp, vocab_size, reference_shaped(train.src, train.tgt, args.steps, args.seed)))
     print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
           f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}); token budget {hp.tokens_per_batch}")
+    if names:
+        sorted_batches = length_sorted(train.src, train.tgt, args.steps, args.seed)
+        runs.append(("length-sorted", hp, vocab_size, sorted_batches))
     if args.iwslt_synthetic:
         iwslt_vocab = hp.vocab_size
         src, tgt = iwslt_like(iwslt_vocab, args.seed)
@@ -193,16 +265,17 @@ def main(argv=None):
     results = {}
     for name, run_hp, vocab, batches in runs:
         section(f"Train: {name} batches")
-        keras.utils.set_random_seed(args.seed)
-        model = transformer.compile_model(transformer.make_model(run_hp, vocab), run_hp)
-        results[name] = measure(model, batches, run_hp, vocab)
+        results[name] = measure_ours(run_hp, vocab, batches, args)
         report(name, results[name], peak)
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the yardsticks
     b = results["bucketed"]
     print(f"peak resident memory {peak_rss_mb:.0f} MB")
     line = (f"train_speed preset={args.preset} tgt_tok_s={b['tgt_tok_s']:.0f} mfu={b['gflops'] / peak:.2f} "
             f"ref_shaped_tgt_tok_s={results.get('reference-shaped', {}).get('tgt_tok_s', float('nan')):.0f} "
             f"peak_rss_mb={peak_rss_mb:.0f}")
+    if names:
+        line += f" sorted_tgt_tok_s={results['length-sorted']['tgt_tok_s']:.0f}"
+        line += side_by_side(names, hp, vocab_size, train, sorted_batches, results, peak, args)
     if args.iwslt_synthetic:
         r = results["IWSLT 2016-shaped"]
         epoch_s = r["step_s"] * len(iwslt_plan)

@@ -136,7 +136,8 @@ def test_eval_beam_search_and_checkpoint_averaging(quick_start):
 def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     tmp, _, _ = quick_start
     prepro_dir = str(tmp / "prepro")
-    train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir)
+    train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
+                       "--yardsticks", "none")
     assert train.returncode == 0, train.stderr[-2000:]
     assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
                         r"peak_rss_mb=\d+", train.stdout.strip().splitlines()[-1])
@@ -146,6 +147,30 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
                         r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
     assert "exactly 5 output tokens" in decode.stdout
+
+
+@pytest.mark.parametrize("name", ["keras", "torch"])
+def test_benchmark_yardsticks_learn(name):
+    """The bench's plain Keras and PyTorch models train: their loss on one batch falls."""
+    if name == "torch":
+        pytest.importorskip("torch", reason="PyTorch is an optional yardstick, not a requirement")
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    import hyperparams
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+    import yardsticks
+
+    hp = dataclasses.replace(hyperparams.preset("sample"), d_model=32, d_ff=64, num_blocks=1, dropout_rate=0.0)
+    rng = np.random.default_rng(0)
+    source, target = rng.integers(4, 50, (8, 7)), rng.integers(4, 50, (8, 6))
+    source[:4, 5:], target[:4, 4:] = 0, 0  # padding in half the rows
+    decoder_in = np.concatenate([np.full((8, 1), 2), target[:, :-1]], axis=1)
+    model = yardsticks.build(name, hp, 50, seed=0)
+    losses = [float(model.train_on_batch((source, decoder_in), target)) for _ in range(30)]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses
 
 
 def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
