@@ -14,12 +14,14 @@ Measures, through the same Keras backend:
     tokens for every matmul (encoder per source token, decoder and output projection per target
     token, cross-attention keys/values per source token) plus 3 x the forward attention products
     (4 x T_q x T_k x d_model per layer and sentence); achieved GFLOP/s and its ratio to the matmul
-    peak of the run's precision (MFU); peak resident memory. The warm-up trains once on a batch of
+    peak of the run's precision (MFU; also against the float32 peak when the run is mixed
+    precision, the default on CPUs with bfloat16 instructions); peak resident memory. The warm-up trains once on a batch of
     every distinct shape (each shape is one compilation under XLA/JAX: their number is printed);
   - the same with reference-shaped batches: 128 sentences in random order, padded to the longest;
   - side by side, yardsticks of the same size on the same 128-sentence batches, random and
-    length-sorted (--yardsticks: a plain Keras 3 model and PyTorch's nn.Transformer, see
-    bench/yardsticks.py; PyTorch where it is installed), and this port on the length-sorted ones;
+    length-sorted (--yardsticks: a plain Keras 3 model in float32 and in mixed_bfloat16, and
+    PyTorch's nn.Transformer, see bench/yardsticks.py; PyTorch where it is installed), and this port
+    on the length-sorted ones;
   - with --iwslt_synthetic 1: random ids whose lengths follow IWSLT 2016 de-en (196,884 training
     pairs, about 23 source and 22 target tokens on average, lengths up to maxlen 100), batched as
     train.py batches them, with the model's vocabulary; from its s/step the seconds per IWSLT 2016
@@ -28,8 +30,8 @@ Real batches come from --prepro_dir (its train split; run prepro.py first) with 
 size over that vocabulary.
 
 The last line is machine-readable:
-train_speed preset=<p> tgt_tok_s=<n> mfu=<x> ref_shaped_tgt_tok_s=<n> peak_rss_mb=<n>
-[sorted_tgt_tok_s=<n> <yardstick>_random_tgt_tok_s=<n> <yardstick>_sorted_tgt_tok_s=<n> ...]
+train_speed preset=<p> tgt_tok_s=<n> mfu=<x> ref_shaped_tgt_tok_s=<n> peak_rss_mb=<n> precision=<policy>
+mfu_float32=<x> [sorted_tgt_tok_s=<n> <yardstick>_random_tgt_tok_s=<n> <yardstick>_sorted_tgt_tok_s=<n> ...]
 [iwslt_tgt_tok_s=<n> iwslt_mfu=<x> iwslt_epoch_s=<n> iwslt_run_min=<n>]
 """
 import dataclasses
@@ -69,10 +71,10 @@ def matmul_gflops(dtype="float32", sizes=None, repeats=5):
     best = 0.0
     for n in sizes:
         a = ops.cast(np.random.default_rng(0).standard_normal((n, n)).astype("float32"), dtype)
-        ops.convert_to_numpy(matmul(a, a)[0, 0])  # warm up
+        ops.convert_to_numpy(ops.cast(matmul(a, a)[0, 0], "float32"))  # warm up (NumPy has no bfloat16)
         for _ in range(repeats):
             start = time.perf_counter()
-            ops.convert_to_numpy(matmul(a, a)[0, 0])
+            ops.convert_to_numpy(ops.cast(matmul(a, a)[0, 0], "float32"))
             best = max(best, 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
     return best
 
@@ -157,10 +159,9 @@ def report(name, r, peak):
           f"padding {100 * r['padding']:.0f}%, {r['shapes']} batch shapes (warm-up {r['warmup']:.1f} s)", flush=True)
 
 
-def side_by_side(names, hp, vocab_size, train, sorted_batches, results, peak, args):
+def side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results, peak, args):
     """Train each yardstick on random and on length-sorted 128-sentence batches, print the three
     models side by side; returns the summary line's fields for them."""
-    random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)
     figures = {"this port": (results.get("reference-shaped") or measure_ours(hp, vocab_size, random_batches, args),
                              results["length-sorted"])}
     fields = ""
@@ -208,12 +209,14 @@ def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
     parser.add_argument("--precision", default="auto", choices=hyperparams.PRECISIONS,
-                        help="auto: mixed_bfloat16 on a GPU with bfloat16 units, else float32")
+                        help="auto: mixed_bfloat16 on a GPU with bfloat16 units or (TensorFlow) a CPU with "
+                             "bfloat16 instructions, else float32")
     parser.add_argument("--jit_compile", default="auto", choices=hyperparams.SWITCHES)
     parser.add_argument("--reference_shaped", type=int, default=1, help="also measure reference-shaped batches")
-    parser.add_argument("--yardsticks", default="keras,torch",
+    parser.add_argument("--yardsticks", default="keras,keras_bf16,torch",
                         help="comma-separated yardsticks trained on the same 128-sentence batches: keras (plain "
-                             "Keras 3), torch (PyTorch nn.Transformer, skipped if not installed); none: skip")
+                             "Keras 3, float32), keras_bf16 (the same in mixed_bfloat16), torch (PyTorch "
+                             "nn.Transformer, skipped if not installed); none: skip")
     parser.add_argument("--iwslt_synthetic", type=int, default=0,
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
     args, hp = common.parse(parser, argv)
@@ -243,8 +246,9 @@ def main(argv=None):
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
                                    args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
     runs = [("bucketed", hp, vocab_size, list(train.batches(train.plan(0)[:args.steps])))]
+    random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)  # the yardsticks' too
     if args.reference_shaped:
-        runs.append(("reference-shaped", hp, vocab_size, reference_shaped(train.src, train.tgt, args.steps, args.seed)))
+        runs.append(("reference-shaped", hp, vocab_size, random_batches))
     print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
           f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}); token budget {hp.tokens_per_batch}")
     if names:
@@ -270,12 +274,15 @@ def main(argv=None):
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the yardsticks
     b = results["bucketed"]
     print(f"peak resident memory {peak_rss_mb:.0f} MB")
+    if compute != "float32":
+        print(f"bucketed MFU against the float32 matmul figure instead: {b['gflops'] / peaks['float32']:.2f}")
     line = (f"train_speed preset={args.preset} tgt_tok_s={b['tgt_tok_s']:.0f} mfu={b['gflops'] / peak:.2f} "
             f"ref_shaped_tgt_tok_s={results.get('reference-shaped', {}).get('tgt_tok_s', float('nan')):.0f} "
-            f"peak_rss_mb={peak_rss_mb:.0f}")
+            f"peak_rss_mb={peak_rss_mb:.0f} precision={run.precision} "
+            f"mfu_float32={b['gflops'] / peaks['float32']:.2f}")
     if names:
         line += f" sorted_tgt_tok_s={results['length-sorted']['tgt_tok_s']:.0f}"
-        line += side_by_side(names, hp, vocab_size, train, sorted_batches, results, peak, args)
+        line += side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results, peak, args)
     if args.iwslt_synthetic:
         r = results["IWSLT 2016-shaped"]
         epoch_s = r["step_s"] * len(iwslt_plan)

@@ -7,6 +7,9 @@ Both have d_model, d_ff, blocks, heads and dropout of the preset, sinusoid posit
 output layer of the vocabulary's size (untied: the same matmul FLOPs as the port's shared matrix).
 Losses: PyTorch's CrossEntropyLoss with label_smoothing and ignore_index; Keras' sparse
 cross-entropy with ignore_class, without label smoothing (Keras smooths only one-hot targets).
+Precision: PyTorch in float32; plain Keras in float32 ("keras", Keras' default) and in
+mixed_bfloat16 ("keras_bf16", as the Keras mixed-precision guide builds it: float32 logits), so
+that the port is compared with plain Keras in the precision it trains in too.
 """
 import math
 import os
@@ -15,11 +18,11 @@ import numpy as np
 
 
 def sinusoid_table(length, d_model):
-    """(length, d) sinusoid positional encodings, NumPy float32."""
-    pos = np.arange(length)[:, None]
-    j = np.arange(d_model)[None, :]
-    angles = pos / 10000.0 ** (2 * (j // 2) / d_model)
-    return np.where(j % 2 == 0, np.sin(angles), np.cos(angles)).astype("float32")
+    """(length, d) sinusoid positional encodings as a NumPy float32 array: the port's own table."""
+    from keras import ops
+
+    import modules
+    return ops.convert_to_numpy(modules.sinusoid(length, d_model))
 
 
 def plain_keras(vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate, maxlen=512):
@@ -36,7 +39,7 @@ def plain_keras(vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate, 
             self.table = sinusoid_table(maxlen, d_model)
 
         def call(self, x):
-            return x * math.sqrt(d_model) + ops.convert_to_tensor(self.table)[None, :ops.shape(x)[1]]
+            return x * math.sqrt(d_model) + ops.cast(self.table, x.dtype)[None, :ops.shape(x)[1]]
 
     def embed(ids):
         x = layers.Embedding(vocab_size, d_model, mask_zero=True)(ids)
@@ -63,7 +66,8 @@ def plain_keras(vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate, 
         y = add_norm(y, attention(y, y, causal=True))
         y = add_norm(y, attention(y, x))
         y = add_norm(y, feed_forward(y))
-    model = keras.Model([source, target_in], layers.Dense(vocab_size)(y))
+    logits = layers.Activation("linear", dtype="float32")(layers.Dense(vocab_size)(y))  # float32 under mixed precision
+    model = keras.Model([source, target_in], logits)
     model.compile(optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0))
     return model
@@ -112,15 +116,22 @@ class TorchTransformer:
 
 
 def build(name, hp, vocab_size, seed):
-    """The yardstick `name` ("keras" or "torch") at hp's size; ImportError when torch is missing."""
+    """The yardstick `name` (one of NAMES) at hp's size; ImportError when torch is missing."""
     size = (vocab_size, hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads, hp.dropout_rate)
-    if name == "keras":
+    if name in ("keras", "keras_bf16"):
         import keras
         keras.utils.set_random_seed(seed)
-        return plain_keras(*size)
+        before = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy("mixed_bfloat16" if name == "keras_bf16" else "float32")
+        try:  # layers take the global policy when they are made
+            return plain_keras(*size)
+        finally:
+            keras.mixed_precision.set_global_policy(before)
     if name == "torch":
         return TorchTransformer(*size, smoothing=hp.smoothing, seed=seed)
-    raise ValueError(f"unknown yardstick {name!r}: choose keras or torch")
+    raise ValueError(f"unknown yardstick {name!r}: choose from {', '.join(NAMES)}")
 
 
-NAMES = {"keras": "plain Keras 3 (MultiHeadAttention, Dense)", "torch": "PyTorch nn.Transformer"}
+NAMES = {"keras": "plain Keras 3 (MultiHeadAttention, Dense), float32",
+         "keras_bf16": "plain Keras 3, mixed_bfloat16",
+         "torch": "PyTorch nn.Transformer, float32"}

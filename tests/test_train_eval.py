@@ -149,7 +149,7 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert "exactly 5 output tokens" in decode.stdout
 
 
-@pytest.mark.parametrize("name", ["keras", "torch"])
+@pytest.mark.parametrize("name", ["keras", "keras_bf16", "torch"])
 def test_benchmark_yardsticks_learn(name):
     """The bench's plain Keras and PyTorch models train: their loss on one batch falls."""
     if name == "torch":
