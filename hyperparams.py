@@ -46,7 +46,7 @@ class Hparams:
     # training
     tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
     precision: str = "auto"  # float32 | mixed_bfloat16 | mixed_float16 | auto (mixed_bfloat16 on a GPU
-    # with bfloat16 units, float32 elsewhere)
+    # with bfloat16 units and, with TensorFlow, on a CPU with AVX512_BF16/AMX; float32 elsewhere)
     jit_compile: str = "auto"  # XLA for training steps: auto (GPU and JAX: on; TensorFlow on a CPU: off) | on | off
     strategy: str = "auto"  # data parallelism: auto | one | mirrored | multi_worker (TensorFlow) | data_parallel (JAX)
     length_multiple: int = 0  # pad training batch lengths to a multiple of this; 0: 1 on TensorFlow
@@ -85,7 +85,7 @@ PRESETS = {
         tokens_per_batch=2048,
         lr=1e-3,
         warmup_steps=600,
-        num_epochs=12,
+        num_epochs=16,
         logdir="log/multi30k",
         eval_sentences=0,
     ),

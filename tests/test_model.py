@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+import devices
 import hyperparams
 import model as transformer
 from data_load import BOS, EOS, PAD
@@ -57,6 +58,20 @@ def test_copy_task_learns_to_exact_match(copy_model):
     out = m.greedy_decode(tx, max_len=8)
     hits = sum(list(o[:list(t).index(EOS) + 1]) == list(t[:list(t).index(EOS) + 1]) for o, t in zip(out, ty))
     assert hits / len(ty) >= 0.95, f"copy exact match {hits}/{len(ty)}"
+
+
+def test_auto_precision_is_bfloat16_only_on_a_cpu_with_bfloat16_instructions(tmp_path):
+    hp = hyperparams.Hparams(precision="auto")
+    if devices.gpus() or keras.backend.backend() != "tensorflow":
+        pytest.skip("the CPU rule is TensorFlow's on a machine without a GPU")
+    assert devices.precision(hp, flags={"avx512f", "avx512_bf16"}) == "mixed_bfloat16"
+    assert devices.precision(hp, flags={"amx_bf16"}) == "mixed_bfloat16"
+    assert devices.precision(hp, flags={"avx2", "avx512f"}) == "float32"
+    assert devices.precision(hyperparams.Hparams(precision="float32"), flags={"avx512_bf16"}) == "float32"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 avx2\n\nprocessor\t: 1\n")
+    assert devices.cpu_flags(str(cpuinfo)) == {"fpu", "sse", "avx512_bf16", "avx2"}
+    assert devices.cpu_flags(str(tmp_path / "missing")) == set()
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
