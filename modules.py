@@ -414,25 +414,33 @@ def smoothed_cross_entropy(logits, labels, epsilon):
     labels (N, T) int32 -> (N, T).
 
     -(1 - eps) log p(y) - eps / V sum_v log p(v) = lse - (1 - eps) z_y - eps mean_v z_v, with z the
-    logits and lse their log-sum-exp. Its gradient, softmax(z) - (1 - eps) [v = y] - eps / V, is
-    written out in one elementwise expression: the automatic gradient of the label gather would
-    scatter into a dense (N, T, V) zero tensor, which cost the CPU more than the whole rest of the
-    loss (see README, Speed).
+    logits and lse their log-sum-exp. Its gradient, softmax(z) - eps / V - (1 - eps) [v = y], is
+    written out: the softmax reuses the forward pass's exponentials (one multiply), and the label
+    term is subtracted at the N * T label positions only (a scatter), not through a dense
+    comparison. The automatic gradient of the label gather would scatter into a dense (N, T, V)
+    zero tensor, which cost the CPU more than the whole rest of the loss (see README, Speed).
     """
     vocab_size = ops.shape(logits)[-1]
 
     @ops.custom_gradient
     def loss(z):
-        lse = ops.logsumexp(z, axis=-1)  # (N, T)
+        peak = ops.max(z, axis=-1, keepdims=True)  # (N, T, 1)
+        e = ops.exp(z - peak)  # (N, T, V), kept for the gradient
+        total = ops.sum(e, axis=-1)  # (N, T), >= 1
+        lse = ops.log(total) + ops.squeeze(peak, -1)  # (N, T)
         z_y = ops.squeeze(ops.take_along_axis(z, ops.expand_dims(labels, -1), axis=-1), -1)  # (N, T)
         value = lse - (1.0 - epsilon) * z_y - epsilon * ops.mean(z, axis=-1)  # (N, T)
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream  # (N, T)
-            probs = ops.exp(z - ops.expand_dims(lse, -1))  # (N, T, V)
-            hit = ops.equal(ops.expand_dims(labels, -1), ops.arange(vocab_size, dtype=labels.dtype))  # (N, T, V)
-            target = ops.where(hit, 1.0 - epsilon + epsilon / vocab_size, epsilon / vocab_size)  # (N, T, V)
-            return ops.expand_dims(upstream, -1) * (probs - target)  # (N, T, V)
+            dense = (e * ops.expand_dims(upstream / total, -1)
+                     - ops.expand_dims(upstream * (epsilon / vocab_size), -1))  # (N, T, V)
+            rows = ops.reshape(dense, (-1, vocab_size))  # (N*T, V)
+            flat_labels = ops.reshape(labels, (-1,))  # (N*T,)
+            at = ops.stack([ops.arange(ops.shape(flat_labels)[0], dtype=flat_labels.dtype), flat_labels], 1)
+            at_label = ops.take_along_axis(rows, ops.expand_dims(flat_labels, -1), axis=-1)[:, 0]  # (N*T,)
+            rows = ops.scatter_update(rows, at, at_label - ops.reshape(upstream, (-1,)) * (1.0 - epsilon))
+            return ops.reshape(rows, ops.shape(dense))  # (N, T, V)
 
         return value, grad
 
