@@ -335,6 +335,7 @@ def main(argv=None):
             tokens = train.target_tokens(rest)
             progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens)
             guard = guard_callback(out, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
+            fit_start = time.time()
             if rest:
                 if devices.backend() == "tensorflow":
                     dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
@@ -342,6 +343,7 @@ def main(argv=None):
                     dataset = train.batches(rest)
                 model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
                           callbacks=[progress, guard])
+            fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
             if guard.nonfinite:
                 step, batch, value = guard.nonfinite
                 last = newest_checkpoint(hp.logdir)
@@ -381,8 +383,8 @@ def main(argv=None):
                 train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
                 dev_bleu_reference=scores["reference"], lr=lr,
                 step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
-                train_seconds=progress.seconds, eval_seconds=eval_seconds, save_seconds=save_seconds,
-                elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
+                train_seconds=progress.seconds, fit_seconds=fit_seconds, eval_seconds=eval_seconds,
+                save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
             print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
                   f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
                   f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
