@@ -181,10 +181,10 @@ def side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results,
             figures[yardsticks.NAMES[name]] = tuple(row)
     section("Side by side: target tok/s on the same batches")
     ours = results["bucketed"]["tgt_tok_s"]
-    print(f"{'model':45} {'random 128':>11} {'sorted 128':>11} {'token budget':>13}")
+    print(f"{'model':55} {'random 128':>11} {'sorted 128':>11} {'token budget':>13}")
     for name, (random, by_length) in figures.items():
         budget = f"{ours:13.0f}" if name == "this port" else f"{'-':>13}"
-        print(f"{name:45} {random['tgt_tok_s']:11.0f} {by_length['tgt_tok_s']:11.0f} {budget}")
+        print(f"{name:55} {random['tgt_tok_s']:11.0f} {by_length['tgt_tok_s']:11.0f} {budget}")
     port_random, port_sorted = (r["tgt_tok_s"] for r in figures["this port"])
     port_best = max(ours, port_random, port_sorted)
     for name, (random, by_length) in list(figures.items())[1:]:
