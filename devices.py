@@ -68,6 +68,11 @@ def cpu_flags(path="/proc/cpuinfo"):
 BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
 
 
+def cpu_has_bfloat16(flags=None):
+    """Whether the CPU has bfloat16 matmul instructions. flags: the CPU's flags (default: cpu_flags())."""
+    return bool((cpu_flags() if flags is None else flags) & BF16_CPU_FLAGS)
+
+
 def precision(hp, flags=None):
     """The Keras dtype policy name of a run. flags: the CPU's flags (default: cpu_flags())."""
     if hp.precision != "auto":
@@ -75,8 +80,7 @@ def precision(hp, flags=None):
     capability = compute_capability()
     if capability:
         return "mixed_bfloat16" if capability >= (8, 0) else "float32"
-    flags = cpu_flags() if flags is None else flags
-    return "mixed_bfloat16" if backend() == "tensorflow" and flags & BF16_CPU_FLAGS else "float32"
+    return "mixed_bfloat16" if backend() == "tensorflow" and cpu_has_bfloat16(flags) else "float32"
 
 
 def jit_compile(hp):
@@ -172,7 +176,7 @@ def setup(hp, devices=None):
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=chosen))
         replicas = len(chosen)
     policy = precision(hp)
-    if policy != "float32" and not gpus() and not (policy == "mixed_bfloat16" and cpu_flags() & BF16_CPU_FLAGS):
+    if policy != "float32" and not gpus() and not (policy == "mixed_bfloat16" and cpu_has_bfloat16()):
         print(f"note: --precision {policy} on a CPU without bfloat16 instructions: expect no speed-up (see README)")
     keras.mixed_precision.set_global_policy(policy)
     return Setup(policy, jit_compile(hp), length_multiple(hp), name, replicas, chief, scope)

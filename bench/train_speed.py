@@ -15,8 +15,9 @@ Measures, through the same Keras backend:
     token, cross-attention keys/values per source token) plus 3 x the forward attention products
     (4 x T_q x T_k x d_model per layer and sentence); achieved GFLOP/s and its ratio to the matmul
     peak of the run's precision (MFU; also against the float32 peak when the run is mixed
-    precision, the default on CPUs with bfloat16 instructions); peak resident memory. The warm-up trains once on a batch of
-    every distinct shape (each shape is one compilation under XLA/JAX: their number is printed);
+    precision, the default on CPUs with bfloat16 instructions); peak resident memory. The warm-up
+    trains once on a batch of every distinct shape (each shape is one compilation under XLA/JAX:
+    their number is printed);
   - the same with reference-shaped batches: 128 sentences in random order, padded to the longest;
   - side by side, yardsticks of the same size on the same 128-sentence batches, random and
     length-sorted (--yardsticks: a plain Keras 3 model in float32 and in mixed_bfloat16, and
