@@ -140,7 +140,7 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
                        "--yardsticks", "none")
     assert train.returncode == 0, train.stderr[-2000:]
     assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
-                        r"peak_rss_mb=\d+", train.stdout.strip().splitlines()[-1])
+                        r"peak_rss_mb=\d+ precision=\w+ mfu_float32=[\d.]+", train.stdout.strip().splitlines()[-1])
     decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--length", "5",
                         "--prepro_dir", prepro_dir)
     assert decode.returncode == 0, decode.stderr[-2000:]
