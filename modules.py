@@ -178,28 +178,16 @@ class MultiHeadAttention(keras.layers.Layer):
           (N, Tq, d).
         """
         # 1. project and split into heads
-        if memory is query:  # self-attention: Q, K and V from one matmul
-            q, k, v = self.fused_heads(query, (self.query_dense, self.key_dense, self.value_dense))
-        else:
-            q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
-            k, v = self.memory_heads(memory)  # (N, h, Tk, d_k) each
+        q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
+        k, v = self.memory_heads(memory)  # (N, h, Tk, d_k) each
         # 2. masks as an additive bias
         bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend
         return self.attend(q, k, v, bias, training=training)  # (N, Tq, d)
 
-    def fused_heads(self, x, layers):
-        """The projections of x (N, T, d) by several of the Dense layers, computed as one matmul with
-        their kernels side by side (same weights), split into heads: one (N, h, T, d_k) per layer."""
-        count = len(layers)
-        kernel = ops.concatenate([layer.kernel for layer in layers], axis=1)  # (d, count*d)
-        bias = ops.concatenate([layer.bias for layer in layers], axis=0)  # (count*d,)
-        y = ops.matmul(x, kernel) + bias  # (N, T, count*d)
-        return [self.split_heads(part) for part in ops.split(y, count, axis=-1)]  # (N, h, T, d_k) each
-
     def memory_heads(self, memory):
         """Keys and values of memory (N, Tk, d), split into heads: two (N, h, Tk, d_k)."""
-        return self.fused_heads(memory, (self.key_dense, self.value_dense))
+        return self.split_heads(self.key_dense(memory)), self.split_heads(self.value_dense(memory))
 
     def attend(self, q, k, v, bias=None, training=None):
         """Scaled dot-product attention of heads q (N, h, Tq, d_k) over k, v (N, h, Tk, d_k),

@@ -28,24 +28,6 @@ def test_layer_output_shapes():
     assert tuple(dec.shape) == (N, T2, D)
 
 
-def test_attention_projections_in_one_matmul_equal_the_dense_layers():
-    mha = modules.MultiHeadAttention(D, H)
-    x, memory = rand(N, T2, D), rand(N, T1, D, seed=1)
-    mha(x, memory)  # builds the Dense layers
-    for i, weight in enumerate(mha.weights):  # each its own values, biases nonzero: a mix-up shows
-        weight.assign(rand(*weight.shape, seed=10 + i))
-    heads = lambda layer, inputs: ops.convert_to_numpy(mha.split_heads(layer(inputs)))
-    q, k, v = mha.fused_heads(x, (mha.query_dense, mha.key_dense, mha.value_dense))
-    for fused, layer in ((q, mha.query_dense), (k, mha.key_dense), (v, mha.value_dense)):
-        np.testing.assert_allclose(ops.convert_to_numpy(fused), heads(layer, x), rtol=1e-5, atol=1e-5)
-    k, v = mha.memory_heads(memory)
-    np.testing.assert_allclose(ops.convert_to_numpy(k), heads(mha.key_dense, memory), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ops.convert_to_numpy(v), heads(mha.value_dense, memory), rtol=1e-5, atol=1e-5)
-    # self-attention (memory is query) and attention over a copy of it agree
-    np.testing.assert_allclose(ops.convert_to_numpy(mha(x, x)), ops.convert_to_numpy(mha(x, x.copy())),
-                               rtol=1e-5, atol=1e-5)
-
-
 def test_pad_embeds_to_zeros_and_is_scaled():
     emb = modules.TokenEmbedding(V, D)
     out = ops.convert_to_numpy(emb(np.array([[0, 5]])))
