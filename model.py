@@ -10,8 +10,8 @@ import numpy as np
 from keras import ops
 
 import devices
-from modules import (NEG_INF, PACKAGE, DecoderBlock, EncoderBlock, GuardedAdam, LabelSmoothedCrossEntropy,
-                     PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
+from modules import (NEG_INF, PACKAGE, DecoderBlock, EncoderBlock, FusedAdam, GuardedAdam,
+                     LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
@@ -441,7 +441,7 @@ def compile_model(model, hp):
     """Adam (beta1 0.9, beta2 0.98, eps 1e-9) with warmup and inverse-sqrt decay (section 5.3),
     label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite, updates whose
     gradients are not finite are left out (GuardedAdam)."""
-    adam = GuardedAdam if hp.skip_nonfinite else keras.optimizers.Adam
+    adam = GuardedAdam if hp.skip_nonfinite else FusedAdam
     optimizer = adam(learning_rate=WarmupInverseSqrt(hp.lr, hp.warmup_steps), beta_1=0.9, beta_2=0.98,
                      epsilon=1e-9)
     model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD),

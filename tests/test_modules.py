@@ -116,12 +116,56 @@ def test_guarded_adam_leaves_out_nonfinite_batches_exactly():
         return net.get_weights(), optimizer, loss
 
     guarded, opt, _ = run([0, 1, 2], modules.GuardedAdam(learning_rate=0.1))
-    plain, _, _ = run([0, 2], keras.optimizers.Adam(learning_rate=0.1))
+    plain, _, _ = run([0, 2], modules.FusedAdam(learning_rate=0.1))
     for a, b in zip(guarded, plain):
         np.testing.assert_array_equal(a, b)
     assert int(ops.convert_to_numpy(opt.iterations)) == 2 and int(ops.convert_to_numpy(opt.skipped_steps)) == 1
     broken, _, loss = run([0, 1], keras.optimizers.Adam(learning_rate=0.1))
     assert not np.isfinite(loss) and not np.isfinite(broken[0]).all()  # what the guard prevents
+
+
+def numpy_adam(w, grads, lr, beta_1, beta_2, epsilon):
+    """Adam (Kingma & Ba, with Keras' epsilon placement) on dense gradients, in float64."""
+    m, v, w = np.zeros_like(w, np.float64), np.zeros_like(w, np.float64), w.astype(np.float64)
+    for t, g in enumerate(grads, 1):
+        m += (g - m) * (1 - beta_1)
+        v += (g * g - v) * (1 - beta_2)
+        w -= lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t) * m / (np.sqrt(v) + epsilon)
+    return w
+
+
+def test_fused_adam_is_adam():
+    """FusedAdam follows Adam's rule, as Keras' Adam does, for dense gradients; for an embedding's
+    sparse gradient with a repeated row it applies Adam to the summed gradient."""
+    lr, beta_1, beta_2, epsilon = 0.01, 0.9, 0.98, 1e-9
+    w0, e0 = rand(4, 3, seed=5), rand(6, 3, seed=6)
+    dense = [rand(4, 3, seed=10 + t) for t in range(4)]
+    ids, rows = np.array([1, 4, 1]), [rand(3, 3, seed=20 + t) for t in range(4)]  # row 1 twice
+    summed = [np.zeros((6, 3), "float32") for _ in rows]
+    for z, r in zip(summed, rows):
+        np.add.at(z, ids, r)
+
+    def sparse(r, z):
+        if keras.backend.backend() != "tensorflow":
+            return ops.convert_to_tensor(z)
+        import tensorflow as tf
+        return tf.IndexedSlices(tf.constant(r), tf.constant(ids), tf.constant([6, 3]))
+
+    def run(optimizer):
+        w, e = keras.Variable(w0), keras.Variable(e0)
+        optimizer.build([w, e])
+        for g, r, z in zip(dense, rows, summed):
+            optimizer.apply([ops.convert_to_tensor(g), sparse(r, z)], [w, e])
+        return ops.convert_to_numpy(w), ops.convert_to_numpy(e)
+
+    settings = dict(learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+    fused_w, fused_e = run(modules.FusedAdam(**settings))
+    keras_w, _ = run(keras.optimizers.Adam(**settings))
+    np.testing.assert_allclose(fused_w, keras_w, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_w, numpy_adam(w0, dense, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_e, numpy_adam(e0, summed, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    assert np.abs(fused_e - e0)[[1, 4]].min() > 1e-4  # the rows with gradients moved, the others not
+    np.testing.assert_array_equal(fused_e[[0, 2, 3, 5]], e0[[0, 2, 3, 5]])
 
 
 def test_causality_later_targets_do_not_change_earlier_outputs():
