@@ -10,7 +10,7 @@ import numpy as np
 from keras import ops
 
 import devices
-from modules import (NEG_INF, PACKAGE, DecoderBlock, EncoderBlock, FusedAdam, GuardedAdam,
+from modules import (NEG_INF, PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
                      LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
@@ -76,8 +76,8 @@ class Transformer(keras.Model):
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
-        self.source_dropout = keras.layers.Dropout(dropout_rate)
-        self.target_dropout = keras.layers.Dropout(dropout_rate)
+        self.source_dropout = Dropout(dropout_rate)
+        self.target_dropout = Dropout(dropout_rate)
         self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"encoder_{i}")
                                for i in range(num_blocks)]
         self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"decoder_{i}")

@@ -168,6 +168,53 @@ def test_fused_adam_is_adam():
     np.testing.assert_array_equal(fused_e[[0, 2, 3, 5]], e0[[0, 2, 3, 5]])
 
 
+def test_dropout_rate_scale_and_gradient():
+    """modules.Dropout drops about `rate` of the elements, scales the rest by 1 / (1 - rate),
+    passes the gradient through the same mask, repeats with the seed, and is the identity at
+    inference (odd sizes included, where the 16-bit halves do not pair up)."""
+    for shape in ((64, 50, 32), (33, 7, 5)):
+        x = np.ones(shape, "float32")
+        layer = modules.Dropout(0.15, seed=3)
+        np.testing.assert_array_equal(ops.convert_to_numpy(layer(x, training=False)), x)
+        y = ops.convert_to_numpy(layer(x, training=True))
+        np.testing.assert_allclose(y[y != 0], 1 / 0.85, rtol=1e-6)
+        assert abs((y == 0).mean() - 0.15) < 5 * np.sqrt(0.15 * 0.85 / y.size)  # 5 standard deviations
+        assert (ops.convert_to_numpy(modules.Dropout(0.15, seed=3)(x, training=True)) == y).all()
+        assert not (ops.convert_to_numpy(layer(x, training=True)) == y).all()  # the stream moves on
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+            w = tf.constant(rand(*shape, seed=9))
+            xt = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                out = modules.Dropout(0.15, seed=4)(xt, training=True)
+                loss = tf.reduce_sum(out * w)
+            grad = tape.gradient(loss, xt).numpy()
+            np.testing.assert_allclose(grad, np.where(out.numpy() == 0, 0, w.numpy() / 0.85), rtol=1e-6)
+
+
+def test_layer_normalization_equals_keras():
+    """modules.LayerNormalization gives Keras' values and gradients (its own written-out gradient)."""
+    x, w = rand(3, 5, D, seed=11) * 3 + 1, rand(3, 5, D, seed=12)
+    ours, theirs = modules.LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+    for layer in (ours, theirs):
+        layer.build((None, None, D))
+        layer.gamma.assign(rand(D, seed=13))
+        layer.beta.assign(rand(D, seed=14))
+    np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(theirs(x)), atol=1e-5)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+        grads = []
+        for layer in (ours, theirs):
+            xt = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                loss = tf.reduce_sum(layer(xt) * w)
+            grads.append([g.numpy() for g in tape.gradient(loss, [xt, layer.gamma.value, layer.beta.value])])
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_causality_later_targets_do_not_change_earlier_outputs():
     block = modules.DecoderBlock(D, F, H)
     memory, x = rand(N, T1, D, seed=2), rand(N, T2, D, seed=3)
