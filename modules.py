@@ -337,10 +337,11 @@ class FeedForward(keras.layers.Layer):
         """x (N, T, d) -> (N, T, d).
 
         A kernel-size-1 convolution is a matmul with its (1, in, out) kernel; it is computed as
-        one, which costs less per call than the convolution op on the CPU (same weights).
+        one, which costs less per call than the convolution op on the CPU (same weights). The
+        kernel is squeezed to (in, out), not sliced: a slice's gradient is a copy into zeros.
         """
-        h = ops.relu(ops.matmul(x, self.inner.kernel[0]) + self.inner.bias)  # (N, T, f)
-        return ops.matmul(h, self.outer.kernel[0]) + self.outer.bias  # (N, T, d)
+        h = ops.relu(ops.matmul(x, ops.squeeze(self.inner.kernel, 0)) + self.inner.bias)  # (N, T, f)
+        return ops.matmul(h, ops.squeeze(self.outer.kernel, 0)) + self.outer.bias  # (N, T, d)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
