@@ -44,11 +44,12 @@ class Dropout(keras.layers.Dropout):
         keep = tf.reshape(halves, tf.shape(inputs)) >= tf.constant(round(self.rate * 65536), tf.uint16)
         scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
 
+        def masked(t):
+            return tf.where(keep, t * scale, tf.zeros((), t.dtype))
+
         @tf.custom_gradient
         def dropout(x):
-            def grad(upstream):
-                return tf.where(keep, upstream * scale, tf.zeros((), upstream.dtype))
-            return tf.where(keep, x * scale, tf.zeros((), x.dtype)), grad
+            return masked(x), masked  # the gradient goes through the same mask
 
         return dropout(inputs)
 
