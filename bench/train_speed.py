@@ -20,9 +20,9 @@ Measures, through the same Keras backend:
     their number is printed);
   - the same with reference-shaped batches: 128 sentences in random order, padded to the longest;
   - side by side, yardsticks of the same size on the same 128-sentence batches, random and
-    length-sorted (--yardsticks: a plain Keras 3 model in float32 and in mixed_bfloat16, and
-    PyTorch's nn.Transformer, see bench/yardsticks.py; PyTorch where it is installed), and this port
-    on the length-sorted ones;
+    length-sorted (--yardsticks: a plain Keras 3 model in float32, the same in mixed_bfloat16 where
+    this run trains in it, and PyTorch's nn.Transformer, see bench/yardsticks.py; PyTorch where it
+    is installed), and this port on the length-sorted ones;
   - with --iwslt_synthetic 1: random ids whose lengths follow IWSLT 2016 de-en (196,884 training
     pairs, about 23 source and 22 target tokens on average, lengths up to maxlen 100), batched as
     train.py batches them, with the model's vocabulary; from its s/step the seconds per IWSLT 2016
@@ -214,15 +214,17 @@ def main(argv=None):
                              "bfloat16 instructions, else float32")
     parser.add_argument("--jit_compile", default="auto", choices=hyperparams.SWITCHES)
     parser.add_argument("--reference_shaped", type=int, default=1, help="also measure reference-shaped batches")
-    parser.add_argument("--yardsticks", default="keras,keras_bf16,torch",
+    parser.add_argument("--yardsticks", default="auto",
                         help="comma-separated yardsticks trained on the same 128-sentence batches: keras (plain "
                              "Keras 3, float32), keras_bf16 (the same in mixed_bfloat16), torch (PyTorch "
-                             "nn.Transformer, skipped if not installed); none: skip")
+                             "nn.Transformer, skipped if not installed); none: skip; auto: keras and torch, "
+                             "and keras_bf16 where this run trains in mixed_bfloat16 (on a CPU without "
+                             "bfloat16 instructions it only emulates it, several times slower)")
     parser.add_argument("--iwslt_synthetic", type=int, default=0,
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile=args.jit_compile, strategy="one")
-    names = [] if args.yardsticks == "none" else args.yardsticks.split(",")
+    names = {"none": [], "auto": ["keras", "torch"]}.get(args.yardsticks, args.yardsticks.split(","))
     for name in names:
         if name not in yardsticks.NAMES:
             raise UserError(f"--yardsticks {args.yardsticks}: unknown {name!r}; choose from "
@@ -231,6 +233,8 @@ def main(argv=None):
 
     run = devices.setup(hp)
     print(run.describe())
+    if args.yardsticks == "auto" and run.precision == "mixed_bfloat16":
+        names.insert(1, "keras_bf16")
 
     section("Matmul")
     peaks = {"float32": matmul_gflops("float32")}
