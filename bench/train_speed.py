@@ -224,7 +224,7 @@ def main(argv=None):
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile=args.jit_compile, strategy="one")
-    names = {"none": [], "auto": ["keras", "torch"]}.get(args.yardsticks, args.yardsticks.split(","))
+    names = [] if args.yardsticks in ("none", "auto") else args.yardsticks.split(",")
     for name in names:
         if name not in yardsticks.NAMES:
             raise UserError(f"--yardsticks {args.yardsticks}: unknown {name!r}; choose from "
@@ -233,8 +233,8 @@ def main(argv=None):
 
     run = devices.setup(hp)
     print(run.describe())
-    if args.yardsticks == "auto" and run.precision == "mixed_bfloat16":
-        names.insert(1, "keras_bf16")
+    if args.yardsticks == "auto":
+        names = ["keras", "keras_bf16", "torch"] if run.precision == "mixed_bfloat16" else ["keras", "torch"]
 
     section("Matmul")
     peaks = {"float32": matmul_gflops("float32")}
