@@ -232,4 +232,11 @@ def tf_dataset(batch_iterable_fn, num_batches):
 
     spec = tf.TensorSpec((None, None), tf.int32)
     dataset = tf.data.Dataset.from_generator(batch_iterable_fn, output_signature=((spec, spec), spec))
-    return dataset.apply(tf.data.experimental.assert_cardinality(num_batches)).prefetch(2)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches)).prefetch(2)
+    # No autotuning: nothing here is tunable (one generator, a fixed prefetch), and its background
+    # thread sleeps 10 ms, 20 ms, 40 ms, ... between rounds; deleting the iterator at the end of
+    # an epoch could wait for its next wake-up (fit returned exactly 81.9 s = 10 ms x (2^13 - 1)
+    # after it started in 7 of 16 epochs, 20-24 s after the last step; README, Results).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)

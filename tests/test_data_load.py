@@ -63,3 +63,6 @@ def test_tf_dataset_yields_the_numpy_batches():
     ds = data_load.tf_dataset(lambda: iter(batches), 1)
     (x, d), y = next(iter(ds))
     assert (x.numpy() == batches[0][0][0]).all() and (y.numpy() == batches[0][1]).all()
+    assert ds.cardinality() == 1
+    # autotuning off: its sleeping thread could hold up the end of an epoch (data_load.tf_dataset)
+    assert ds.options().autotune.enabled is False
