@@ -17,6 +17,25 @@ PACKAGE = "transformer"
 NEG_INF = -1e9  # added to masked attention logits
 
 
+def matmul_transposed(a, b):
+    """a @ b^T over the last two axes: a (..., M, K), b (..., N, K) -> (..., M, N).
+
+    On TensorFlow the matmul kernel reads b transposed itself (`transpose_b`), and so do the
+    kernels of its gradient; `ops.matmul(a, ops.transpose(b))` copies b, and its gradient copies
+    back, once each per call: for the attention logits nine (N, h, d_k, T) copies a step each way,
+    and the (V, d) output projection's gradient (README, Speed). Other backends: that expression.
+    """
+    if keras.backend.backend() != "tensorflow":
+        axes = list(range(len(b.shape)))
+        return ops.matmul(a, ops.transpose(b, axes[:-2] + axes[:-3:-1]))
+    import tensorflow as tf
+
+    if len(b.shape) == 2 and len(a.shape) > 2:  # rows against one matrix: a plain MatMul of 2-D rows
+        rows = tf.matmul(tf.reshape(a, (-1, a.shape[-1])), b, transpose_b=True)  # (rows, N)
+        return tf.reshape(rows, tf.concat([tf.shape(a)[:-1], tf.shape(b)[:1]], 0))
+    return tf.matmul(a, b, transpose_b=True)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Dropout(keras.layers.Dropout):
     """keras.layers.Dropout with cheaper random numbers on TensorFlow.
@@ -125,7 +144,7 @@ class TokenEmbedding(keras.layers.Layer):
         """x (N, T, d) -> logits (N, T, V) in float32, through the transposed embedding matrix
         (the matmul in x's dtype: bfloat16/float16 under mixed precision)."""
         w = ops.cast(self.embeddings, x.dtype)  # (V, d)
-        return ops.cast(ops.matmul(x, ops.transpose(w)), "float32")  # (N, T, V)
+        return ops.cast(matmul_transposed(x, w), "float32")  # (N, T, V)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
@@ -271,7 +290,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         The products run in the inputs' dtype; the scaling, the bias and the softmax in float32
         (under mixed precision too: -1e9 does not fit float16)."""
-        logits = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")  # (N, h, Tq, Tk)
+        logits = ops.cast(matmul_transposed(q, k), "float32")  # (N, h, Tq, Tk)
         logits = logits / math.sqrt(self.d_k)  # (N, h, Tq, Tk)
         if bias is not None:
             logits = logits + bias  # (N, h, Tq, Tk)

@@ -12,6 +12,15 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
+def test_matmul_transposed_is_a_times_b_transposed():
+    a4, b4 = rand(N, H, T2, D), rand(N, H, T1, D, seed=1)  # attention logits' shapes
+    np.testing.assert_allclose(ops.convert_to_numpy(modules.matmul_transposed(a4, b4)),
+                               a4 @ b4.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
+    a3, w = rand(N, T2, D), rand(V, D, seed=2)  # the output projection's
+    np.testing.assert_allclose(ops.convert_to_numpy(modules.matmul_transposed(a3, w)), a3 @ w.T,
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_layer_output_shapes():
     ids = np.array([[5, 6, 0], [7, 0, 0]])
     emb = modules.TokenEmbedding(V, D)
