@@ -24,7 +24,8 @@ def test_layer_model_and_decoding_tests_pass_on_jax():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
     # everything passes but GuardedAdam's test (TensorFlow-only), which skips
-    assert re.search(r"\b2[0-9] passed, 1 skipped\b", summary) and "failed" not in summary, summary
+    passed = re.search(r"\b(\d+) passed, 1 skipped\b", summary)
+    assert passed and int(passed.group(1)) >= 25 and "failed" not in summary and "error" not in summary, summary
 
 
 def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
