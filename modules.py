@@ -26,8 +26,7 @@ def matmul_transposed(a, b):
     and the (V, d) output projection's gradient (README, Speed). Other backends: that expression.
     """
     if keras.backend.backend() != "tensorflow":
-        axes = list(range(len(b.shape)))
-        return ops.matmul(a, ops.transpose(b, axes[:-2] + axes[:-3:-1]))
+        return ops.matmul(a, ops.swapaxes(b, -1, -2))
     import tensorflow as tf
 
     if len(b.shape) == 2 and len(a.shape) > 2:  # rows against one matrix: a plain MatMul of 2-D rows
