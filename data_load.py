@@ -114,8 +114,13 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
     """Group sentence indices into batches of similar length under a token budget.
 
     A batch of n pairs padded to lengths (L1, L2) costs n * max(L1, L2) tokens. Sentences are
-    sorted by length (ties broken at random when rng is given), cut into batches greedily, and the
-    batches shuffled. Every index appears exactly once; a single over-budget pair forms its own batch.
+    sorted by that cost, then by target and by source length (ties broken at random when rng is
+    given), cut into batches greedily, and the batches shuffled. Every index appears exactly once;
+    a single over-budget pair forms its own batch.
+
+    The second and third keys leave the batches' cost as it is and cut how much of it is padding:
+    pairs of one cost differ in their shorter side (Multi30k: 5% -> 2.5% of the source tokens and
+    8% -> 3% of the target tokens are padding; README, Speed).
 
     Args:
       src_lens, tgt_lens: (num_pairs,) lengths including </s> (resp. <s>).
@@ -128,10 +133,8 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
     """
     src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     cost = np.maximum(src_lens, tgt_lens)
-    if rng is None:
-        order = np.argsort(cost, kind="stable")
-    else:
-        order = np.lexsort((rng.random(len(cost)), cost))
+    keys = (src_lens, tgt_lens, cost)  # np.lexsort: the last key is the primary one
+    order = np.lexsort(keys if rng is None else (rng.random(len(cost)),) + keys)
     batches = _cut(order, cost, tokens_per_batch, multiple)
     if rng is not None:
         rng.shuffle(batches)
