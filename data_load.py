@@ -120,7 +120,8 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
 
     The second and third keys leave the batches' cost as it is and cut how much of it is padding:
     pairs of one cost differ in their shorter side (Multi30k: 5% -> 2.5% of the source tokens and
-    8% -> 3% of the target tokens are padding; README, Speed).
+    8% -> 3% of the target tokens are padding; README, Speed). All three are lengths padded up to
+    `multiple`, as the batches will be.
 
     Args:
       src_lens, tgt_lens: (num_pairs,) lengths including </s> (resp. <s>).
@@ -133,7 +134,7 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
     """
     src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     cost = np.maximum(src_lens, tgt_lens)
-    keys = (src_lens, tgt_lens, cost)  # np.lexsort: the last key is the primary one
+    keys = tuple(round_up(n, multiple) for n in (src_lens, tgt_lens, cost))  # lexsort: last key first
     order = np.lexsort(keys if rng is None else (rng.random(len(cost)),) + keys)
     batches = _cut(order, cost, tokens_per_batch, multiple)
     if rng is not None:
