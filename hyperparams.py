@@ -18,6 +18,7 @@ SWITCHES = ("auto", "on", "off")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
 POSITIONAL = ("sinusoid", "learned")
+LR_DECAYS = ("rsqrt", "linear")
 
 
 @dataclasses.dataclass
@@ -53,6 +54,7 @@ class Hparams:
     # without XLA (any shape, least padding), 8 where every shape is compiled (JAX, XLA)
     lr: float = 1e-3  # peak learning rate, reached after warmup_steps
     warmup_steps: int = 100
+    lr_decay: str = "rsqrt"  # after warmup: rsqrt (reference, paper) | linear (down to 0 at the end of num_epochs)
     num_epochs: int = 30
     smoothing: float = 0.1  # label smoothing epsilon
     seed: int = 1234
@@ -130,7 +132,8 @@ def validate(hp):
     """Raise UserError for settings that cannot work."""
     problems = []
     for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
-                          ("precision", PRECISIONS), ("strategy", STRATEGIES)):
+                          ("precision", PRECISIONS), ("strategy", STRATEGIES),
+                          ("lr_decay", LR_DECAYS)):
         if getattr(hp, name) not in choices:
             problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:

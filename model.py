@@ -11,7 +11,8 @@ from keras import ops
 
 import devices
 from modules import (NEG_INF, PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
-                     LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt, attention_bias)
+                     LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt,
+                     WarmupLinearDecay, attention_bias)
 
 PAD, BOS, EOS = 0, 2, 3
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
@@ -437,13 +438,22 @@ def make_model(hp, vocab_size):
     return model
 
 
-def compile_model(model, hp):
-    """Adam (beta1 0.9, beta2 0.98, eps 1e-9) with warmup and inverse-sqrt decay (section 5.3),
+def learning_rate(hp, total_steps=None):
+    """hp.lr_decay's schedule: warmup, then inverse-sqrt decay (section 5.3, the reference's) or a
+    linear decay that reaches 0 after total_steps (the training steps of hp.num_epochs epochs)."""
+    if hp.lr_decay == "rsqrt":
+        return WarmupInverseSqrt(hp.lr, hp.warmup_steps)
+    if not total_steps:
+        raise ValueError("--lr_decay linear needs the number of training steps")
+    return WarmupLinearDecay(hp.lr, hp.warmup_steps, total_steps)
+
+
+def compile_model(model, hp, total_steps=None):
+    """Adam (beta1 0.9, beta2 0.98, eps 1e-9) with warmup and hp.lr_decay's decay (learning_rate),
     label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite, updates whose
     gradients are not finite are left out (GuardedAdam)."""
     adam = GuardedAdam if hp.skip_nonfinite else FusedAdam
-    optimizer = adam(learning_rate=WarmupInverseSqrt(hp.lr, hp.warmup_steps), beta_1=0.9, beta_2=0.98,
-                     epsilon=1e-9)
+    optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD),
                   jit_compile=devices.jit_compile(hp))
     # Build the compiled loss and the optimizer now (see Transformer._maybe_symbolic_build).

@@ -592,6 +592,29 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak_lr` over `warmup_steps`, then a straight line down to 0 at `total_steps`.
+
+    Not in the reference: a run of a known length ends at a learning rate of 0 instead of the
+    inverse-sqrt schedule's peak_lr * sqrt(warmup / total). Step counted from 1, as above.
+    """
+
+    def __init__(self, peak_lr, warmup_steps, total_steps):
+        self.peak_lr, self.warmup_steps, self.total_steps = peak_lr, warmup_steps, total_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        warmup = float(max(self.warmup_steps, 1))
+        decay = float(max(self.total_steps - self.warmup_steps, 1))
+        rise = step / warmup
+        fall = (float(self.total_steps) - step) / decay
+        return self.peak_lr * ops.maximum(ops.minimum(rise, fall), 0.0)
+
+    def get_config(self):
+        return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class FusedAdam(keras.optimizers.Adam):
     """keras.optimizers.Adam whose update of each TensorFlow variable is one kernel.
 

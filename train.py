@@ -142,14 +142,14 @@ def newest_checkpoint(logdir):
     return best
 
 
-def restore(path, state, hp):
+def restore(path, state, hp, total_steps=None):
     """The model of a checkpoint, compiled, with its optimizer state and random state."""
     import keras
 
     import model as transformer
 
     model = load_checkpoint(path, hp)
-    transformer.compile_model(model, hp)  # builds the optimizer
+    transformer.compile_model(model, hp, total_steps)  # builds the optimizer
     # load_checkpoint(compile=False) skips the optimizer: load it with the weights
     model.load_weights(path)
     if state.get("rng"):
@@ -296,6 +296,10 @@ def main(argv=None):
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
           f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
           f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
+    # The linear decay ends after the steps of all epochs; each epoch's batches are fixed by the seed.
+    total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
+    if total_steps:
+        print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
     dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
     dev_refs = data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)
     dev_sources = data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)
@@ -311,7 +315,7 @@ def main(argv=None):
     if found:
         path, state = found
         with run.scope:
-            model = restore(path, state, hp)
+            model = restore(path, state, hp, total_steps)
         start_epoch, start_batch = state["epoch"], state["batch"]
         carry = (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
         step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
@@ -320,7 +324,7 @@ def main(argv=None):
         print(f"resuming from {path}: {where}, step {step}")
     else:
         with run.scope:
-            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp)
+            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp, total_steps)
     print(f"{model.count_params():,} parameters")
     if start_epoch >= hp.num_epochs:
         print(f"{hp.logdir} already holds {start_epoch} epochs (num_epochs {hp.num_epochs}): nothing to do")

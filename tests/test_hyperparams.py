@@ -37,6 +37,7 @@ def test_overrides_for_every_field():
     (["--tokens_per_batch", "10"], "smaller than the longest sentence"),
     (["--dropout_rate", "1.5"], "dropout_rate"),
     (["--positional", "rotary"], "positional"),
+    (["--lr_decay", "cosine"], "lr_decay"),
     (["--save_every_steps", "-1"], "save_every_steps"),
 ])
 def test_settings_that_cannot_work(argv, words):

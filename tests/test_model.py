@@ -24,6 +24,16 @@ def test_forward_shape_and_padding_length_invariance():
     np.testing.assert_allclose(ops.convert_to_numpy(m((longer, tgt)))[0, :3], out[0, :3], atol=1e-5)
 
 
+def test_learning_rate_schedule_of_each_decay():
+    assert float(transformer.learning_rate(hyperparams.Hparams(lr=1e-3, warmup_steps=10))(999)) > 0
+    linear = hyperparams.Hparams(lr=1e-3, warmup_steps=10, lr_decay="linear")
+    with pytest.raises(ValueError, match="number of training steps"):
+        transformer.learning_rate(linear)
+    schedule = transformer.learning_rate(linear, total_steps=50)
+    again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert float(again(49)) == 0.0 and float(again(29)) == pytest.approx(float(schedule(29)))
+
+
 def test_save_and_load_give_identical_outputs(tmp_path):
     m, hp = tiny()
     transformer.compile_model(m, hp)

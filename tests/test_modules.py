@@ -109,6 +109,14 @@ def test_learning_rate_schedule():
     assert lr[2] == pytest.approx(1e-3) and lr[3] == pytest.approx(5e-4)
 
 
+def test_linear_decay_schedule_reaches_zero_at_total_steps():
+    s = modules.WarmupLinearDecay(1e-3, 100, 300)
+    lr = [float(s(step)) for step in (0, 99, 199, 298, 299, 400)]
+    assert lr[0] == pytest.approx(1e-5) and lr[1] == pytest.approx(1e-3) and lr[2] == pytest.approx(5e-4)
+    assert lr[3] == pytest.approx(5e-6) and lr[4] == 0.0 and lr[5] == 0.0
+    assert modules.WarmupLinearDecay(**s.get_config()).total_steps == 300
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="GuardedAdam is TensorFlow-only: train.py refuses --skip_nonfinite on other backends")
 def test_guarded_adam_leaves_out_nonfinite_batches_exactly():
