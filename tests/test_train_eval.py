@@ -137,8 +137,9 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     tmp, _, _ = quick_start
     prepro_dir = str(tmp / "prepro")
     train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
-                       "--yardsticks", "none")
+                       "--yardsticks", "none", "--d_ff", "96")
     assert train.returncode == 0, train.stderr[-2000:]
+    assert "d_model 64, d_ff 96, 2+2 blocks" in train.stdout  # the preset at another size
     assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
                         r"peak_rss_mb=\d+ precision=\w+ mfu_float32=[\d.]+", train.stdout.strip().splitlines()[-1])
     decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--length", "5",
@@ -147,6 +148,8 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
                         r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
     assert "exactly 5 output tokens" in decode.stdout
+    bad = run_script("bench/train_speed.py", "--preset", "sample", "--num_heads", "5")
+    assert bad.returncode == 2 and "not divisible by num_heads 5" in bad.stderr
 
 
 @pytest.mark.parametrize("name", ["keras", "keras_bf16", "torch"])
