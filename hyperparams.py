@@ -188,13 +188,29 @@ def build_parser(description, preset_name="sample"):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--preset", default=preset_name, choices=sorted(PRESETS),
                         help="settings to start from; --<name> value overrides any of them")
-    group = parser.add_argument_group(f"hyperparameters (values shown: preset {preset_name!r})")
+    add_field_options(parser.add_argument_group(f"hyperparameters (values shown: preset {preset_name!r})"),
+                      defaults)
+    return parser
+
+
+def add_field_options(group, defaults, names=None):
+    """One --<field> option per Hparams field (or per field in names) on an argparse parser or group.
+
+    They default to argparse.SUPPRESS, so that given_fields() finds only what was given; their help
+    shows the field's value in defaults.
+    """
     for f in dataclasses.fields(Hparams):
+        if names is not None and f.name not in names:
+            continue
         value = getattr(defaults, f.name)
         kind = parse_bool if isinstance(value, bool) else type(value)
         group.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS,
                            metavar=type(value).__name__.upper(), help=f"(preset: {value})")
-    return parser
+
+
+def given_fields(args):
+    """{field: value} for the Hparams fields present in an argparse namespace (those given)."""
+    return {name: getattr(args, name) for name in field_names() if hasattr(args, name)}
 
 
 def parse_args(description, argv=None, add_arguments=None):
@@ -218,7 +234,7 @@ def parse_args(description, argv=None, add_arguments=None):
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
-    overrides = {name: getattr(args, name) for name in field_names() if hasattr(args, name)}
+    overrides = given_fields(args)
     hp = dataclasses.replace(preset(args.preset), **overrides)
     return validate(hp), args, overrides
 
