@@ -208,9 +208,9 @@ def add_field_options(group, defaults, names=None):
                            metavar=type(value).__name__.upper(), help=f"(preset: {value})")
 
 
-def given_fields(args):
-    """{field: value} for the Hparams fields present in an argparse namespace (those given)."""
-    return {name: getattr(args, name) for name in field_names() if hasattr(args, name)}
+def given_fields(args, names=None):
+    """{field: value} for the Hparams fields (or those in names) present in an argparse namespace."""
+    return {name: getattr(args, name) for name in (names or field_names()) if hasattr(args, name)}
 
 
 def parse_args(description, argv=None, add_arguments=None):

@@ -22,9 +22,13 @@ def parser(doc):
 
 
 def parse(p, argv):
-    """(args, the preset's Hparams with the given --prepro_dir and size options applied)."""
+    """(args, the preset's Hparams with the given --prepro_dir and size options applied).
+
+    Only FIELDS: a bench's own --seed, --precision or --jit_compile share a name with an Hparams
+    field but are the bench's settings, not the preset's.
+    """
     args = p.parse_args(argv)
-    hp = dataclasses.replace(hyperparams.preset(args.preset), **hyperparams.given_fields(args))
+    hp = dataclasses.replace(hyperparams.preset(args.preset), **hyperparams.given_fields(args, FIELDS))
     try:
         hyperparams.validate(hp)
     except UserError as e:
