@@ -19,6 +19,7 @@ PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
 POSITIONAL = ("sinusoid", "learned")
 LR_DECAYS = ("rsqrt", "linear")
+OUTPUT_VOCABS = ("target", "all")
 
 
 @dataclasses.dataclass
@@ -43,6 +44,8 @@ class Hparams:
     maxlen1: int = 50  # longest source in tokens (with </s>) kept for training
     maxlen2: int = 50  # longest target in tokens (with </s>) kept for training
     positional: str = "sinusoid"  # sinusoid (paper, reference 2019) | learned (reference legacy)
+    output_vocab: str = "target"  # target: the softmax covers only the pieces seen in the training
+    # targets (and ids 0-3) | all: the whole joint vocabulary, as the reference
 
     # training
     tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
@@ -113,8 +116,11 @@ PRESETS = {
     ),
 }
 
-# Fields that fix the shape of the weights: a checkpoint only loads into a model with the same ones.
-MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2")
+# Fields that fix the shape of the weights or what the model outputs: a checkpoint only loads into a
+# model with the same ones.
+MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2", "output_vocab")
+# What a field added after a run was saved meant before it existed (load_hparams).
+SAVED_BEFORE = {"output_vocab": "all"}
 
 
 def field_names():
@@ -133,7 +139,7 @@ def validate(hp):
     problems = []
     for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
                           ("precision", PRECISIONS), ("strategy", STRATEGIES),
-                          ("lr_decay", LR_DECAYS)):
+                          ("lr_decay", LR_DECAYS), ("output_vocab", OUTPUT_VOCABS)):
         if getattr(hp, name) not in choices:
             problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:
@@ -264,7 +270,7 @@ def load_hparams(logdir):
     unknown = sorted(set(saved) - set(field_names()))
     if unknown:
         raise UserError(f"{path}: unknown settings {', '.join(unknown)}; was it written by another version?")
-    return Hparams(**{**dataclasses.asdict(Hparams()), **saved})
+    return Hparams(**{**dataclasses.asdict(Hparams()), **SAVED_BEFORE, **saved})
 
 
 def settings_for_logdir(hp, overrides):

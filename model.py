@@ -14,7 +14,7 @@ from modules import (NEG_INF, PACKAGE, DecoderBlock, Dropout, EncoderBlock, Fuse
                      LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt,
                      WarmupLinearDecay, attention_bias)
 
-PAD, BOS, EOS = 0, 2, 3
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 # The first greedy step attends over one key; Keras warns about a softmax over an axis of size 1.
@@ -65,12 +65,21 @@ def trim(ids, scores, return_scores):
 class Transformer(keras.Model):
     """Encoder-decoder Transformer (section 3) for translation.
 
-    Call it on (source ids (N, T1), decoder input ids (N, T2)); it returns logits (N, T2, V).
+    Call it on (source ids (N, T1), decoder input ids (N, T2)); it returns logits (N, T2, V'): over
+    every id (V' = V), or with output_ids (ascending, starting with the ids 0-3) over those ids
+    alone, column j for id output_ids[j] (V' = len(output_ids)). Decoding returns ids either way.
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
-                 maxlen1=100, maxlen2=100, positional="sinusoid", **kwargs):
+                 maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, **kwargs):
         super().__init__(**kwargs)
+        if output_ids is not None:
+            output_ids = [int(i) for i in output_ids]
+            if output_ids[:4] != [0, 1, 2, 3] or sorted(set(output_ids)) != output_ids or output_ids[-1] >= vocab_size:
+                raise ValueError("output_ids must be ascending ids below vocab_size, starting with 0, 1, 2, 3")
+        self.output_ids = output_ids
+        self.output_vocab = "all" if output_ids is None else "target"  # hyperparams.Hparams.output_vocab
+        self.output_size = vocab_size if output_ids is None else len(output_ids)  # V'
         self.vocab_size, self.d_model, self.d_ff = vocab_size, d_model, d_ff
         self.num_blocks, self.num_heads, self.dropout_rate = num_blocks, num_heads, dropout_rate
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
@@ -100,7 +109,24 @@ class Transformer(keras.Model):
         y = self.target_dropout(y, training=training)  # (N, T2, d)
         for block in self.decoder_blocks:
             y = block(y, memory, target_mask, source_mask, training=training)  # (N, T2, d)
-        return self.embedding.project(y)  # (N, T2, V)
+        return self.embedding.project(y, self.output_rows())  # (N, T2, V')
+
+    def output_rows(self):
+        """The ids that logits columns stand for, (V',) int32, or None for every id."""
+        return None if self.output_ids is None else ops.convert_to_tensor(np.asarray(self.output_ids, np.int32))
+
+    def to_ids(self, columns):
+        """Logits columns (any shape, int32) -> the ids they stand for."""
+        return columns if self.output_ids is None else ops.take(self.output_rows(), columns)
+
+    def label_map(self):
+        """Each id's logits column (V,) for the loss; ids outside output_ids count as <unk>.
+        None when the logits cover every id."""
+        if self.output_ids is None:
+            return None
+        columns = np.full(self.vocab_size, UNK, np.int32)
+        columns[self.output_ids] = np.arange(len(self.output_ids))
+        return columns
 
     def call(self, inputs, training=None):
         source, target_in = inputs  # (N, T1), (N, T2)
@@ -137,7 +163,7 @@ class Transformer(keras.Model):
 
     def decode_step(self, tokens, step, memory_kv, source_bias, caches, self_bias, group=1):
         """One decoding step with caches: the previous tokens (N*K,) at position `step` ->
-        log-probabilities of the next token (N*K, V) and the updated caches (K = group; self_bias
+        log-probabilities of the next token over the logits columns (N*K, V') and the updated caches (K = group; self_bias
         says which cache entries each row may attend to, see DecoderBlock.call_step)."""
         y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*K, 1, d)
         new_caches = []
@@ -145,15 +171,15 @@ class Transformer(keras.Model):
             y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step, self_bias,
                                                   group)  # (N*K, 1, d)
             new_caches.append((cache_k, cache_v))
-        logits = self.embedding.project(y)[:, 0]  # (N*K, V)
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V)
+        logits = self.embedding.project(y, self.output_rows())[:, 0]  # (N*K, V')
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V')
 
-    @staticmethod
-    def greedy_choice(log_probs, allow_eos):
-        """The most likely next token (N,) and its log-probability (N,), </s> barred unless allowed."""
-        log_probs = mask_eos(log_probs, allow_eos)  # (N, V)
-        next_ids = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,)
-        return next_ids, ops.take_along_axis(log_probs, ops.expand_dims(next_ids, 1), axis=1)[:, 0]
+    def greedy_choice(self, log_probs, allow_eos):
+        """The most likely next token (N,) and its log-probability (N,), </s> barred unless allowed.
+        log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
+        log_probs = mask_eos(log_probs, allow_eos)  # (N, V')
+        best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
+        return self.to_ids(best), ops.take_along_axis(log_probs, ops.expand_dims(best, 1), axis=1)[:, 0]
 
     def greedy_step(self, tokens, step, allow_eos, memory_kv, source_bias, caches):
         """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
@@ -217,7 +243,7 @@ class Transformer(keras.Model):
         Returns:
           ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
         """
-        k, vocab, neg_inf = beam_size, self.vocab_size, -1e9
+        k, vocab, neg_inf = beam_size, self.output_size, -1e9
         penalty = lambda length: ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
         memory_kv, source_bias, caches = self.start_decoding(source, max_len, k)
         n = ops.shape(source)[0]
@@ -240,11 +266,11 @@ class Transformer(keras.Model):
             history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))
             self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
             log_probs, caches = self.decode_step(tokens, t, memory_kv, source_bias, caches, self_bias,
-                                                 k)  # (N*K, V)
-            log_probs = ops.reshape(mask_eos(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V)
-            candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V)
+                                                 k)  # (N*K, V')
+            log_probs = ops.reshape(mask_eos(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
+            candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V')
             top_scores, top = top_k_by_blocks(candidates, 2 * k)  # (N, 2K)
-            top_beams, top_tokens = top // vocab, top % vocab  # (N, 2K)
+            top_beams, top_tokens = top // vocab, self.to_ids(top % vocab)  # (N, 2K)
             top_seqs = ops.slice_update(gather_beams(alive_seqs, top_beams), (0, 0, t),
                                         ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
             is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
@@ -414,7 +440,7 @@ class Transformer(keras.Model):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
                 "dropout_rate": self.dropout_rate, "maxlen1": self.maxlen1, "maxlen2": self.maxlen2,
-                "positional": self.positional}
+                "positional": self.positional, "output_ids": self.output_ids}
 
     def build_from_config(self, config):
         self.build_with_dummy()
@@ -428,12 +454,13 @@ class Transformer(keras.Model):
         self((dummy, dummy), training=False)
 
 
-def make_model(hp, vocab_size):
-    """The Transformer of hp's settings over a vocabulary of vocab_size, built."""
+def make_model(hp, vocab_size, output_ids=None):
+    """The Transformer of hp's settings over a vocabulary of vocab_size, built; its logits cover
+    output_ids (data_load.output_ids(hp.output_vocab, training targets)), or every id if None."""
     model = Transformer(vocab_size=vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
                         num_blocks=hp.num_blocks, num_heads=hp.num_heads,
                         dropout_rate=hp.dropout_rate, maxlen1=hp.maxlen1, maxlen2=hp.maxlen2,
-                        positional=hp.positional, name="transformer")
+                        positional=hp.positional, output_ids=output_ids, name="transformer")
     model.build_with_dummy()
     return model
 
@@ -454,7 +481,8 @@ def compile_model(model, hp, total_steps=None):
     gradients are not finite are left out (GuardedAdam)."""
     adam = GuardedAdam if hp.skip_nonfinite else FusedAdam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-    model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD),
+    loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
+    model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))
     # Build the compiled loss and the optimizer now (see Transformer._maybe_symbolic_build).
     dummy = np.array([[4, EOS]], np.int32)

@@ -139,11 +139,12 @@ class TokenEmbedding(keras.layers.Layer):
         keep = ops.cast(ops.not_equal(ids, self.pad_id), x.dtype)  # (N, T)
         return x * ops.expand_dims(keep, -1) * math.sqrt(self.d_model)  # (N, T, d)
 
-    def project(self, x):
+    def project(self, x, rows=None):
         """x (N, T, d) -> logits (N, T, V) in float32, through the transposed embedding matrix
-        (the matmul in x's dtype: bfloat16/float16 under mixed precision)."""
-        w = ops.cast(self.embeddings, x.dtype)  # (V, d)
-        return ops.cast(matmul_transposed(x, w), "float32")  # (N, T, V)
+        (the matmul in x's dtype: bfloat16/float16 under mixed precision). With rows (V',) int ids,
+        only those rows of the matrix: logits (N, T, V') over those ids, in their order."""
+        w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+        return ops.cast(matmul_transposed(x, ops.cast(w, x.dtype)), "float32")  # (N, T, V or V')
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
@@ -552,23 +553,28 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Args:
       epsilon: smoothing rate.
       pad_id: label id that does not count.
+      label_map: for logits over a part of the vocabulary (the model's output_ids), each id's
+        column (V,) ints; None: logits over every id. pad_id must map to itself.
     """
 
-    def __init__(self, epsilon=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(self, epsilon=0.1, pad_id=0, label_map=None, name="label_smoothed_cross_entropy", **kwargs):
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.epsilon, self.pad_id = epsilon, pad_id
+        self.label_map = None if label_map is None else [int(i) for i in label_map]
 
     def call(self, labels, logits):
         """labels (N, T2) int, logits (N, T2, V) -> per-token loss, scaled so that Keras' reduction
         (sum / (N * T2), and / replicas under tf.distribute) gives the mean over real tokens (N, T2)."""
         labels = ops.cast(labels, "int32")  # (N, T2)
+        if self.label_map is not None:
+            labels = ops.take(ops.convert_to_tensor(np.asarray(self.label_map, np.int32)), labels)  # (N, T2) columns
         per_token = smoothed_cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
         size = ops.cast(ops.shape(mask)[0] * ops.shape(mask)[1], "float32")
         return per_token * mask * (size / ops.maximum(ops.sum(mask), 1.0))  # (N, T2)
 
     def get_config(self):
-        return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id}
+        return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id, "label_map": self.label_map}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -324,8 +324,11 @@ def main(argv=None):
         print(f"resuming from {path}: {where}, step {step}")
     else:
         with run.scope:
-            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"]), hp, total_steps)
-    print(f"{model.count_params():,} parameters")
+            output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
+            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"], output_ids), hp,
+                                              total_steps)
+    print(f"{model.count_params():,} parameters; softmax over {model.output_size:,} of {model.vocab_size:,} ids "
+          f"(--output_vocab {model.output_vocab})")
     if start_epoch >= hp.num_epochs:
         print(f"{hp.logdir} already holds {start_epoch} epochs (num_epochs {hp.num_epochs}): nothing to do")
         return

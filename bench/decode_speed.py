@@ -78,10 +78,15 @@ def main(argv=None):
         model, length = load_checkpoint(args.ckpt, hp), None
         print(f"checkpoint {args.ckpt}: decoding until </s>")
     else:
-        vocab = data_load.load_meta(hp.prepro_dir)["vocab_size"] if os.path.isdir(hp.prepro_dir) else hp.vocab_size
-        model, length = transformer.make_model(hp, vocab), args.length
+        output_ids = None
+        if os.path.isdir(hp.prepro_dir):
+            vocab = data_load.load_meta(hp.prepro_dir)["vocab_size"]
+            output_ids = data_load.output_ids(hp.output_vocab, data_load.load_split(hp.prepro_dir, "train")[1])
+        else:
+            vocab = hp.vocab_size
+        model, length = transformer.make_model(hp, vocab, output_ids), args.length
         print(f"fresh {args.preset} model (d_model {hp.d_model}, {hp.num_blocks}+{hp.num_blocks} blocks, "
-              f"vocab {vocab}): exactly {length} output tokens per sentence")
+              f"vocab {vocab}, softmax over {model.output_size}): exactly {length} output tokens per sentence")
     src = sources(hp, args.sentences, args.source_length, model.vocab_size, args.seed)
     order = np.argsort([len(s) for s in src], kind="stable")
     batches = [data_load.encoder_inputs([src[i] for i in order[j:j + args.batch_sentences]])

@@ -96,7 +96,8 @@ def training_flops(hp, vocab_size, src_lens, tgt_lens):
 def measure(model, batches, hp, vocab_size):
     """Train once on a batch of every distinct shape (tracing, compiling), then time all batches.
 
-    Returns a dict of figures."""
+    Returns a dict of figures. The output projection's FLOPs count the model's logits columns (this
+    port's output_size: --output_vocab target covers fewer ids than vocab_size)."""
     shapes = {}
     for (x, d), y in batches:
         shapes.setdefault((x.shape, d.shape), ((x, d), y))
@@ -110,7 +111,8 @@ def measure(model, batches, hp, vocab_size):
     seconds = time.perf_counter() - start
     src_lens = [int((x != 0).sum(1).sum()) for (x, _), _ in batches]
     tgt_lens = [int((y != 0).sum(1).sum()) for _, y in batches]
-    flops = sum(training_flops(hp, vocab_size, (x != 0).sum(1), (y != 0).sum(1)) for (x, _), y in batches)
+    columns = getattr(model, "output_size", vocab_size)
+    flops = sum(training_flops(hp, columns, (x != 0).sum(1), (y != 0).sum(1)) for (x, _), y in batches)
     padded = sum(x.size + y.size for (x, _), y in batches)
     return dict(seconds=seconds, steps=len(batches), tgt_tok_s=sum(tgt_lens) / seconds,
                 tok_s=(sum(src_lens) + sum(tgt_lens)) / seconds, step_s=seconds / len(batches),
@@ -160,10 +162,11 @@ def report(name, r, peak):
           f"padding {100 * r['padding']:.0f}%, {r['shapes']} batch shapes (warm-up {r['warmup']:.1f} s)", flush=True)
 
 
-def side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results, peak, args):
+def side_by_side(names, hp, vocab_size, output_ids, random_batches, sorted_batches, results, peak, args):
     """Train each yardstick on random and on length-sorted 128-sentence batches, print the three
     models side by side; returns the summary line's fields for them."""
-    figures = {"this port": (results.get("reference-shaped") or measure_ours(hp, vocab_size, random_batches, args),
+    figures = {"this port": (results.get("reference-shaped")
+                             or measure_ours(hp, vocab_size, output_ids, random_batches, args),
                              results["length-sorted"])}
     fields = ""
     for name in names:
@@ -195,15 +198,16 @@ def side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results,
     return fields
 
 
-def measure_ours(hp, vocab_size, batches, args):
-    """This port's figures on the given batches."""
+def measure_ours(hp, vocab_size, output_ids, batches, args):
+    """This port's figures on the given batches, its logits over output_ids (None: every id)."""
     import keras
 
     import model as transformer
 
     keras.utils.set_random_seed(args.seed)
     # The learning rate does not change the time of a step; a linear decay gets the bench's length.
-    model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp, total_steps=len(batches))
+    model = transformer.compile_model(transformer.make_model(hp, vocab_size, output_ids), hp,
+                                      total_steps=len(batches))
     return measure(model, batches, hp, vocab_size)
 
 
@@ -251,15 +255,18 @@ def main(argv=None):
     vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
                                    args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
-    runs = [("bucketed", hp, vocab_size, list(train.batches(train.plan(0)[:args.steps])))]
+    output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
+    runs = [("bucketed", hp, vocab_size, output_ids, list(train.batches(train.plan(0)[:args.steps])))]
     random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)  # the yardsticks' too
     if args.reference_shaped:
-        runs.append(("reference-shaped", hp, vocab_size, random_batches))
+        runs.append(("reference-shaped", hp, vocab_size, output_ids, random_batches))
     print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
-          f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}); token budget {hp.tokens_per_batch}")
+          f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}), softmax over "
+          f"{len(output_ids) if output_ids else vocab_size} ids (--output_vocab {hp.output_vocab}); "
+          f"token budget {hp.tokens_per_batch}")
     if names:
         sorted_batches = length_sorted(train.src, train.tgt, args.steps, args.seed)
-        runs.append(("length-sorted", hp, vocab_size, sorted_batches))
+        runs.append(("length-sorted", hp, vocab_size, output_ids, sorted_batches))
     if args.iwslt_synthetic:
         iwslt_vocab = hp.vocab_size
         src, tgt = iwslt_like(iwslt_vocab, args.seed)
@@ -270,12 +277,13 @@ def main(argv=None):
               f"{np.mean(synthetic.tgt_lens) - 1:.1f} target tokens, vocab {iwslt_vocab}: {len(iwslt_plan)} batches "
               f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes")
         order = np.random.default_rng(args.seed).permutation(len(iwslt_plan))[:args.steps]
-        runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, list(synthetic.batches([iwslt_plan[i] for i in order]))))
+        runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, data_load.output_ids(hp.output_vocab, synthetic.tgt),
+                     list(synthetic.batches([iwslt_plan[i] for i in order]))))
 
     results = {}
-    for name, run_hp, vocab, batches in runs:
+    for name, run_hp, vocab, ids, batches in runs:
         section(f"Train: {name} batches")
-        results[name] = measure_ours(run_hp, vocab, batches, args)
+        results[name] = measure_ours(run_hp, vocab, ids, batches, args)
         report(name, results[name], peak)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the yardsticks
     b = results["bucketed"]
@@ -288,7 +296,7 @@ def main(argv=None):
             f"mfu_float32={b['gflops'] / peaks['float32']:.2f}")
     if names:
         line += f" sorted_tgt_tok_s={results['length-sorted']['tgt_tok_s']:.0f}"
-        line += side_by_side(names, hp, vocab_size, random_batches, sorted_batches, results, peak, args)
+        line += side_by_side(names, hp, vocab_size, output_ids, random_batches, sorted_batches, results, peak, args)
     if args.iwslt_synthetic:
         r = results["IWSLT 2016-shaped"]
         epoch_s = r["step_s"] * len(iwslt_plan)

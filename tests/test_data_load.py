@@ -15,6 +15,12 @@ def random_lengths(n, seed=0):
     return rng.integers(1, 60, n), rng.integers(1, 60, n)
 
 
+def test_output_ids_are_the_special_ids_and_those_of_the_training_targets():
+    tgt = [np.array([9, 5, 9], np.int32), np.array([], np.int32), np.array([12, 3], np.int32)]
+    assert data_load.output_ids("target", tgt) == [0, 1, 2, 3, 5, 9, 12]
+    assert data_load.output_ids("all", tgt) is None
+
+
 def test_token_budget_batches_cover_every_pair_once_within_budget():
     src, tgt = random_lengths(2000)
     budget = 512

@@ -57,6 +57,14 @@ def test_saved_settings_round_trip_and_overrides(tmp_path):
     assert got.d_model == 32 and got.eval_tokens_per_batch == 100
 
 
+def test_settings_saved_before_output_vocab_existed_mean_the_whole_vocabulary(tmp_path):
+    path = hyperparams.save_hparams(hyperparams.preset("sample"), str(tmp_path))
+    saved = json.load(open(path))
+    assert saved.pop("output_vocab") == "target"  # the default now
+    json.dump(saved, open(path, "w"))
+    assert hyperparams.load_hparams(str(tmp_path)).output_vocab == "all"  # what such a run trained with
+
+
 def test_missing_saved_settings_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="no saved settings; train first"):
         hyperparams.load_hparams(str(tmp_path))

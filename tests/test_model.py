@@ -48,6 +48,56 @@ def test_save_and_load_give_identical_outputs(tmp_path):
     np.testing.assert_array_equal(loaded.greedy_decode(x, max_len=6), m.greedy_decode(x, max_len=6))
 
 
+OUTPUT_IDS = [0, 1, 2, 3, 5, 6, 9, 11, 12]  # the ids a model of 14 may output in the tests below
+
+
+def test_output_ids_give_those_columns_of_the_full_logits(tmp_path):
+    full, hp = tiny()
+    part = transformer.make_model(hp, 14, OUTPUT_IDS)
+    part.set_weights(full.get_weights())  # the same weights: output_ids add none
+    src = np.array([[5, 6, 7, EOS], [8, EOS, PAD, PAD]])
+    tgt = np.array([[BOS, 9, 10], [BOS, 11, PAD]])
+    want = ops.convert_to_numpy(full((src, tgt)))[..., OUTPUT_IDS]
+    np.testing.assert_allclose(ops.convert_to_numpy(part((src, tgt))), want, rtol=1e-5, atol=1e-5)
+    assert (part.output_size, part.output_vocab, full.output_vocab) == (9, "target", "all")
+    path = str(tmp_path / "m.keras")
+    part.save(path)
+    loaded = keras.models.load_model(path, compile=False)
+    assert loaded.output_ids == OUTPUT_IDS
+    np.testing.assert_array_equal(ops.convert_to_numpy(loaded((src, tgt))), ops.convert_to_numpy(part((src, tgt))))
+    with pytest.raises(ValueError, match="starting with 0, 1, 2, 3"):
+        transformer.make_model(hp, 14, [0, 1, 3, 5])
+    label_map = part.label_map()
+    assert [label_map[i] for i in OUTPUT_IDS] == list(range(9)) and label_map[7] == 1  # 7: no column, <unk>
+
+
+def test_decoding_with_output_ids_returns_ids_and_their_scores():
+    """Greedy (cached, uncached) and beam search of a model whose logits cover OUTPUT_IDS return ids
+    from OUTPUT_IDS, each the best of them by the full model's logits restricted to those columns."""
+    keras.utils.set_random_seed(5)
+    full, hp = tiny()
+    part = transformer.make_model(hp, 14, OUTPUT_IDS)
+    part.set_weights(full.get_weights())
+    src = np.random.default_rng(2).integers(4, 14, (5, 6)).astype(np.int32)
+    ids, scores = part.greedy_decode(src, max_len=8, min_len=8, return_scores=True)  # </s> barred: 8 steps
+    assert set(np.unique(ids)) <= set(OUTPUT_IDS)
+    uncached, uncached_scores = part.greedy_decode(src, max_len=8, min_len=8, cached=False, return_scores=True)
+    np.testing.assert_array_equal(ids, uncached)
+    np.testing.assert_allclose(scores, uncached_scores, rtol=1e-4)
+    # the full model over the decoded prefixes, its logits restricted to OUTPUT_IDS (</s> barred)
+    target_in = np.concatenate([np.full((5, 1), BOS), ids[:, :-1]], axis=1)
+    logits = ops.convert_to_numpy(full((src, target_in)))[..., OUTPUT_IDS]  # (5, 8, 9)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    log_p[..., EOS] = -np.inf
+    np.testing.assert_array_equal(np.asarray(OUTPUT_IDS)[log_p.argmax(-1)], ids)
+    np.testing.assert_allclose(log_p.max(-1).sum(-1), scores, rtol=1e-4)
+    beam, beam_scores = part.beam_search(src, beam_size=1, alpha=0.0, max_len=8, min_len=8, return_scores=True)
+    np.testing.assert_array_equal(beam, ids)
+    np.testing.assert_allclose(beam_scores, scores, rtol=1e-4)
+    beam4 = part.beam_search(src, beam_size=4, max_len=8)
+    assert set(np.unique(beam4)) <= set(OUTPUT_IDS)
+
+
 def test_greedy_decode_stops_at_eos_and_pads_after():
     m, _ = tiny()
     script = np.array([[7, EOS, 9, 9, 9], [8, 8, 8, EOS, 9]])  # what each row "predicts" per step

@@ -73,6 +73,20 @@ def test_sparse_loss_equals_smoothed_one_hot_cross_entropy_over_real_tokens():
     assert loss == pytest.approx(ce[mask].mean(), rel=1e-5)
 
 
+def test_loss_over_a_part_of_the_vocabulary_maps_labels_to_their_columns():
+    # logits over the ids [0, 1, 2, 3, 5, 8, 9] (7 columns); id 4 is not among them: it counts as <unk>
+    logits = rand(2, 3, 7, seed=3)
+    label_map = np.array([0, 1, 2, 3, 1, 4, 1, 1, 5, 6])  # id -> column, <unk> (1) for ids without one
+    labels = np.array([[5, 9, 3], [4, 8, 0]])
+    loss = float(modules.LabelSmoothedCrossEntropy(0.1, label_map=label_map)(labels, logits))
+    columns = np.array([[4, 6, 3], [1, 5, 0]])
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -0.9 * np.take_along_axis(log_p, columns[..., None], -1)[..., 0] - 0.1 * log_p.mean(-1)
+    assert loss == pytest.approx(ce[labels != 0].mean(), rel=1e-5)
+    config = modules.LabelSmoothedCrossEntropy(0.1, label_map=label_map).get_config()
+    assert modules.LabelSmoothedCrossEntropy.from_config(config).label_map == list(label_map)
+
+
 def gradient(fn, x):
     """d fn(x) / dx on the current backend, as NumPy."""
     backend = keras.backend.backend()
