@@ -90,7 +90,7 @@ PRESETS = {
         tokens_per_batch=2048,
         lr=1e-3,
         warmup_steps=600,
-        num_epochs=16,
+        num_epochs=12,
         logdir="log/multi30k",
         eval_sentences=0,
     ),
