@@ -163,8 +163,8 @@ class Transformer(keras.Model):
 
     def decode_step(self, tokens, step, memory_kv, source_bias, caches, self_bias, group=1):
         """One decoding step with caches: the previous tokens (N*K,) at position `step` ->
-        log-probabilities of the next token over the logits columns (N*K, V') and the updated caches (K = group; self_bias
-        says which cache entries each row may attend to, see DecoderBlock.call_step)."""
+        log-probabilities of the next token over the logits columns (N*K, V') and the updated caches
+        (K = group; self_bias says which cache entries each row may attend to, see DecoderBlock.call_step)."""
         y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*K, 1, d)
         new_caches = []
         for block, kv, (cache_k, cache_v) in zip(self.decoder_blocks, memory_kv, caches):
