@@ -21,10 +21,14 @@ JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 warnings.filterwarnings("ignore", message="You are using a softmax over axis")
 
 
-def mask_eos(log_probs, allow_eos):
-    """log_probs (N, V) with </s> set to -inf unless allow_eos (a boolean scalar)."""
-    is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS)  # (V,)
-    return ops.where(ops.logical_and(is_eos, ops.logical_not(allow_eos)), -np.inf, log_probs)  # (N, V)
+def bar_tokens(log_probs, allow_eos):
+    """log_probs (N, V) with <pad> and <s> set to -inf, and </s> too unless allow_eos (a boolean
+    scalar). No target holds <pad> or <s>, and a chosen <pad> would read as padding to the uncached
+    decoder and to the output; columns 0-3 are ids 0-3 whatever the output vocabulary."""
+    column = ops.arange(ops.shape(log_probs)[-1])  # (V,)
+    never = ops.logical_or(ops.equal(column, PAD), ops.equal(column, BOS))  # (V,)
+    barred = ops.logical_or(never, ops.logical_and(ops.equal(column, EOS), ops.logical_not(allow_eos)))
+    return ops.where(barred, -np.inf, log_probs)  # (N, V)
 
 
 def top_k_by_blocks(x, k, block=128):
@@ -175,9 +179,10 @@ class Transformer(keras.Model):
         return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V')
 
     def greedy_choice(self, log_probs, allow_eos):
-        """The most likely next token (N,) and its log-probability (N,), </s> barred unless allowed.
+        """The most likely next token (N,) and its log-probability (N,); never <pad> or <s>, and
+        never </s> unless allowed.
         log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
-        log_probs = mask_eos(log_probs, allow_eos)  # (N, V')
+        log_probs = bar_tokens(log_probs, allow_eos)  # (N, V')
         best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
         return self.to_ids(best), ops.take_along_axis(log_probs, ops.expand_dims(best, 1), axis=1)[:, 0]
 
@@ -267,7 +272,7 @@ class Transformer(keras.Model):
             self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
             log_probs, caches = self.decode_step(tokens, t, memory_kv, source_bias, caches, self_bias,
                                                  k)  # (N*K, V')
-            log_probs = ops.reshape(mask_eos(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
+            log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
             candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V')
             top_scores, top = top_k_by_blocks(candidates, 2 * k)  # (N, 2K)
             top_beams, top_tokens = top // vocab, self.to_ids(top % vocab)  # (N, 2K)

@@ -1,26 +1,40 @@
 """Cached incremental decoding and beam search."""
 import keras
 import numpy as np
+from keras import ops
 
 import hyperparams
 import model as transformer
-from data_load import EOS, PAD
+from data_load import BOS, EOS, PAD
 
 
 def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
     m, batch = copy_model
     x, _, _ = batch(50)
     np.testing.assert_array_equal(m.greedy_decode(x, cached=True), m.greedy_decode(x, cached=False))
-    # an untrained model, forced to 12 tokens: every step's cached state matters. Seeded: other
-    # weights can pick <pad> as a token, which the uncached decoder then masks out as padding.
-    keras.utils.set_random_seed(3)
-    fresh = transformer.make_model(hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4), 30)
-    src = np.random.default_rng(1).integers(4, 30, (6, 9)).astype(np.int32)
-    a, sa = fresh.greedy_decode(src, max_len=12, min_len=12, cached=True, return_scores=True)
-    b, sb = fresh.greedy_decode(src, max_len=12, min_len=12, cached=False, return_scores=True)
-    np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(sa, sb, rtol=1e-4)
-    assert a.shape == (6, 12)
+    # untrained models, forced to 12 tokens: every step's cached state matters. Their weights
+    # favour no token, <pad> and <s> among them: decoding must never choose those.
+    for seed in (1, 3, 5):
+        keras.utils.set_random_seed(seed)
+        fresh = transformer.make_model(hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4), 30)
+        src = np.random.default_rng(seed).integers(4, 30, (6, 9)).astype(np.int32)
+        a, sa = fresh.greedy_decode(src, max_len=12, min_len=12, cached=True, return_scores=True)
+        b, sb = fresh.greedy_decode(src, max_len=12, min_len=12, cached=False, return_scores=True)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(sa, sb, rtol=1e-4)
+        assert a.shape == (6, 12) and not np.isin(a, [PAD, BOS]).any()
+        beam = fresh.beam_search(src, beam_size=3, max_len=12, min_len=12)
+        assert beam.shape == (6, 12) and not np.isin(beam, [PAD, BOS]).any()
+
+
+def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_model):
+    m, _ = copy_model
+    log_probs = np.full((1, m.output_size), -9.0, np.float32)
+    log_probs[0, [PAD, BOS, EOS, 5]] = [-0.1, -0.2, -0.3, -0.4]
+    for allow_eos, want in ((False, 5), (True, EOS)):
+        ids, chosen = m.greedy_choice(ops.convert_to_tensor(log_probs), ops.convert_to_tensor(allow_eos))
+        assert ops.convert_to_numpy(ids).tolist() == [want]
+        np.testing.assert_allclose(ops.convert_to_numpy(chosen), log_probs[0, [want]])
 
 
 def test_beam_size_one_is_greedy(copy_model):

@@ -84,11 +84,11 @@ def test_decoding_with_output_ids_returns_ids_and_their_scores():
     uncached, uncached_scores = part.greedy_decode(src, max_len=8, min_len=8, cached=False, return_scores=True)
     np.testing.assert_array_equal(ids, uncached)
     np.testing.assert_allclose(scores, uncached_scores, rtol=1e-4)
-    # the full model over the decoded prefixes, its logits restricted to OUTPUT_IDS (</s> barred)
+    # the full model over the decoded prefixes, its logits restricted to OUTPUT_IDS (<pad>, <s>, </s> barred)
     target_in = np.concatenate([np.full((5, 1), BOS), ids[:, :-1]], axis=1)
     logits = ops.convert_to_numpy(full((src, target_in)))[..., OUTPUT_IDS]  # (5, 8, 9)
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    log_p[..., EOS] = -np.inf
+    log_p[..., [PAD, BOS, EOS]] = -np.inf
     np.testing.assert_array_equal(np.asarray(OUTPUT_IDS)[log_p.argmax(-1)], ids)
     np.testing.assert_allclose(log_p.max(-1).sum(-1), scores, rtol=1e-4)
     beam, beam_scores = part.beam_search(src, beam_size=1, alpha=0.0, max_len=8, min_len=8, return_scores=True)
