@@ -38,6 +38,22 @@ def run_cli(main, argv=None):
         sys.exit(130)
 
 
+def peak_rss_mb():
+    """This process's peak resident memory in MB. From VmHWM in /proc/self/status on Linux: the
+    peak of the process's own memory. getrusage's ru_maxrss there also counts the parent's memory at
+    fork time, carried across exec: a script started from a 2 GB pytest reported 2 GB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, kB elsewhere
+
+
 @contextlib.contextmanager
 def atomic_write(path):
     """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds.

@@ -37,7 +37,6 @@ mfu_float32=<x> [sorted_tgt_tok_s=<n> <yardstick>_random_tgt_tok_s=<n> <yardstic
 """
 import dataclasses
 import os
-import resource
 import sys
 import time
 
@@ -51,7 +50,7 @@ import yardsticks  # noqa: E402  (bench/yardsticks.py)
 import data_load  # noqa: E402
 import devices  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import UserError, run_cli, section  # noqa: E402
+from utils import UserError, peak_rss_mb, run_cli, section  # noqa: E402
 
 IWSLT_PAIRS = 196_884  # IWSLT 2016 de-en training pairs after prepro (train.tags, tag lines dropped)
 
@@ -285,14 +284,14 @@ def main(argv=None):
         section(f"Train: {name} batches")
         results[name] = measure_ours(run_hp, vocab, ids, batches, args)
         report(name, results[name], peak)
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the yardsticks
+    peak_mb = peak_rss_mb()  # before the yardsticks
     b = results["bucketed"]
-    print(f"peak resident memory {peak_rss_mb:.0f} MB")
+    print(f"peak resident memory {peak_mb:.0f} MB")
     if compute != "float32":
         print(f"bucketed MFU against the float32 matmul figure instead: {b['gflops'] / peaks['float32']:.2f}")
     line = (f"train_speed preset={args.preset} tgt_tok_s={b['tgt_tok_s']:.0f} mfu={b['gflops'] / peak:.2f} "
             f"ref_shaped_tgt_tok_s={results.get('reference-shaped', {}).get('tgt_tok_s', float('nan')):.0f} "
-            f"peak_rss_mb={peak_rss_mb:.0f} precision={run.precision} "
+            f"peak_rss_mb={peak_mb:.0f} precision={run.precision} "
             f"mfu_float32={b['gflops'] / peaks['float32']:.2f}")
     if names:
         line += f" sorted_tgt_tok_s={results['length-sorted']['tgt_tok_s']:.0f}"

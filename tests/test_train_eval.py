@@ -176,15 +176,28 @@ def test_benchmark_yardsticks_learn(name):
     assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses
 
 
+def test_peak_memory_is_the_script_own_not_its_parent():
+    """A script started from a process holding 400 MB reports its own peak, and sees its own growth
+    (getrusage's ru_maxrss on Linux reported the parent's memory at fork time)."""
+    held = bytearray(400 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # touch every page
+    code = "import utils; a = utils.peak_rss_mb(); b = bytearray(300 * 2**20); b[::4096] = b'\\1' * len(b[::4096]); " \
+           "print(a, utils.peak_rss_mb())"
+    run = run_script("-c", code)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, after = map(float, run.stdout.split())
+    assert before < 200 and after - before > 250, run.stdout
+    del held
+
+
 def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""
     tmp, dirs, _ = quick_start
     long_line = "Der Hund schläft im Garten, und die Katze spielt mit einem Ball. " * 300  # ~6000 tokens
     (tmp_path / "long.de").write_text("Ein Mann fährt Fahrrad.\n" + (long_line + "\n") * 5, encoding="utf-8")
-    measure = ("import resource, runpy, sys; sys.argv = ['translate.py'] + sys.argv[1:]\n"
+    measure = ("import runpy, sys, utils; sys.argv = ['translate.py'] + sys.argv[1:]\n"
                "try:\n    runpy.run_path('translate.py', run_name='__main__')\n"
-               "finally:\n    print('peak_rss_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "
-               "file=sys.stderr)")
+               "finally:\n    print('peak_rss_mb', int(utils.peak_rss_mb()), file=sys.stderr)")
     run = run_script("-c", measure, *dirs, "--input", str(tmp_path / "long.de"), "--output", str(tmp_path / "out"))
     assert run.returncode == 0, run.stderr[-2000:]
     out = (tmp_path / "out").read_text(encoding="utf-8").split("\n")
