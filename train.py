@@ -31,8 +31,9 @@ from eval import bleu_scores, checkpoints, format_scores, load_checkpoint, trans
 from utils import UserError, atomic_write, run_cli, section
 
 
-def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step):
-    """A Keras callback drawing one tqdm bar per epoch with loss, target tokens/s and learning rate.
+def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step, guard):
+    """A Keras callback drawing one tqdm bar per epoch with the epoch's loss so far (from `guard`,
+    which must run before it), target tokens/s and learning rate.
 
     A resumed epoch starts its bar at first_batch; tokens_per_step covers the batches still to run.
     """
@@ -50,7 +51,7 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
             self.bar.update(1)
             if batch % 10 == 0 or batch == len(tokens_per_step) - 1:
                 lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
-                self.bar.set_postfix(loss=f"{logs['loss']:.3f}",
+                self.bar.set_postfix(loss=f"{guard.loss_total / max(guard.loss_count, 1e-9):.3f}",
                                      tok_s=f"{self.tokens / (time.time() - self.start):.0f}",
                                      lr=f"{lr:.2e}")
 
@@ -187,34 +188,34 @@ class StopSignals:
 def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
     """A Keras callback that keeps the epoch's loss, writes mid-epoch checkpoints every
     hp.save_every_steps steps and on SIGINT/SIGTERM, and stops at a non-finite loss (or counts
-    and leaves out such a batch with hp.skip_nonfinite)."""
+    and leaves out such a batch with hp.skip_nonfinite).
+
+    Keras' loss tracker is read and emptied after every batch, so that each batch's loss is the
+    same float32 value whether or not the epoch was resumed midway; the epoch's sum is kept here,
+    in float64, and saved with every mid-epoch checkpoint. (Differences of the tracker's running
+    float32 sum would round differently in a resumed epoch.)"""
     import keras
 
     class Guard(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             self.tracker = next(m for m in self.model.metrics if m.name == "loss")
             self.loss_total, self.loss_count = loss_total, loss_count
-            self.seen = (0.0, 0.0)  # the tracker's (total, count) after the previous batch
             self.batch, self.nonfinite, self.saved, self.last_saved_step = first_batch, None, None, None
 
         def on_train_batch_end(self, batch, logs=None):
-            sync_state(self.model)
+            sync_state(self.model)  # JAX: the next step reads the emptied tracker back from its variables
             self.batch = first_batch + batch + 1
-            total = float(keras.ops.convert_to_numpy(self.tracker.total))
-            count = float(keras.ops.convert_to_numpy(self.tracker.count))
-            batch_total, batch_count = total - self.seen[0], count - self.seen[1]
-            self.seen = (total, count)
+            batch_total = float(keras.ops.convert_to_numpy(self.tracker.total))  # this batch alone
+            batch_count = float(keras.ops.convert_to_numpy(self.tracker.count))
+            self.tracker.reset_state()
             step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-            if not np.isfinite(batch_total):
-                if not hp.skip_nonfinite:
-                    self.nonfinite = (step, self.batch, batch_total / batch_count)
-                    self.model.stop_training = True
-                    return
-                self.tracker.reset_state()  # keep the running loss finite; this batch is left out
-                self.seen = (0.0, 0.0)
-            else:
+            if np.isfinite(batch_total):
                 self.loss_total += batch_total
                 self.loss_count += batch_count
+            elif not hp.skip_nonfinite:  # with it, GuardedAdam left the batch out: so does the loss
+                self.nonfinite = (step, self.batch, batch_total / batch_count)
+                self.model.stop_training = True
+                return
             due = hp.save_every_steps and step % hp.save_every_steps == 0 and step != self.last_saved_step
             if due or signals.received:
                 self.save(step)
@@ -340,8 +341,8 @@ def main(argv=None):
             first = start_batch if epoch == start_epoch else 0
             rest = plan[first:]
             tokens = train.target_tokens(rest)
-            progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens)
             guard = guard_callback(out, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
+            progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens, guard)
             fit_start = time.time()
             if rest:
                 if devices.backend() == "tensorflow":
@@ -349,7 +350,7 @@ def main(argv=None):
                 else:  # NumPy batches: no TensorFlow needed
                     dataset = train.batches(rest)
                 model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
-                          callbacks=[progress, guard])
+                          callbacks=[guard, progress])
             fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
             if guard.nonfinite:
                 step, batch, value = guard.nonfinite
