@@ -82,3 +82,71 @@ def test_top_k_by_blocks_equals_top_k_ties_included():
         want = [ops.convert_to_numpy(a) for a in ops.top_k(ops.convert_to_tensor(x), k)]
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def rescore(m, source, ids):
+    """Each output's log-probability under the model by teacher forcing: the sum over its tokens up to
+    and including </s> of log softmax(logits) at the token. source (N, T1), ids (N, L) -> (N,)."""
+    ids = np.asarray(ids)
+    target_in = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)  # (N, L)
+    logits = ops.convert_to_numpy(m((np.asarray(source), target_in), training=False)).astype(np.float64)
+    columns = ids if m.output_ids is None else np.searchsorted(m.output_ids, ids)  # ids -> logits columns
+    log_p = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)  # (N, L, V')
+    chosen = np.take_along_axis(log_p, columns[..., None], axis=-1)[..., 0]  # (N, L)
+    return (chosen * (ids != PAD)).sum(-1)
+
+
+def gnmt_penalty(length, alpha):
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search():
+    """A model over 6 ids, of which <unk>, </s>, 4 and 5 can be chosen (<pad> and <s> never), and
+    outputs of at most 3 tokens: 1 + 3 + 9 = 13 hypotheses end in </s>. At most 9 prefixes are open
+    at a step, 36 candidates: a beam of 64 keeps all of them, so beam search is exhaustive here and
+    must return the hypothesis with the best log-probability / GNMT penalty, and its log-probability,
+    as scored by the model itself (teacher forcing) for every hypothesis."""
+    import itertools
+
+    keras.utils.set_random_seed(2)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=2, num_heads=2, dropout_rate=0.0)
+    m = transformer.make_model(hp, 6)
+    # 5x the embeddings (and so the logits): sharper choices than an untrained model's, so that
+    # the length penalty changes the winner
+    m.embedding.embeddings.assign(ops.convert_to_numpy(m.embedding.embeddings) * 5.0)
+    source = np.array([[4, 5, 5, EOS], [5, 4, EOS, PAD], [4, 4, 4, EOS], [5, EOS, PAD, PAD],
+                       [5, 5, 4, EOS], [4, EOS, PAD, PAD]], np.int32)
+    hypotheses = [list(prefix) + [EOS] for length in range(3)
+                  for prefix in itertools.product([1, 4, 5], repeat=length)]
+    padded = np.array([h + [PAD] * (3 - len(h)) for h in hypotheses], np.int32)  # (13, 3)
+    scores = np.stack([rescore(m, np.repeat(s[None], len(padded), 0), padded) for s in source])  # (6, 13)
+    lengths = np.array([len(h) for h in hypotheses])
+    best = {}
+    for alpha in (0.0, 1.0, 3.0):
+        normalized = scores / gnmt_penalty(lengths, alpha)  # (6, 13)
+        order = np.sort(normalized, axis=1)
+        assert (order[:, -1] - order[:, -2] > 1e-4).all()  # no near-ties: the best is well defined
+        best[alpha] = normalized.argmax(1)
+        ids, got = m.beam_search(source, beam_size=64, alpha=alpha, max_len=3, return_scores=True)
+        ids = np.pad(ids, ((0, 0), (0, 3 - ids.shape[1])))
+        np.testing.assert_array_equal(ids, padded[best[alpha]], err_msg=f"alpha {alpha}")
+        np.testing.assert_allclose(got, scores[np.arange(6), best[alpha]], rtol=1e-5, atol=1e-5)
+    # the length penalty changes the answer, for some sentences
+    assert (best[0.0] != best[1.0]).any() and (best[1.0] != best[3.0]).any()
+
+
+def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model):
+    """At ordinary beam sizes, on a trained model, each returned log-probability is the model's own
+    score of the returned ids (a score of another hypothesis, or a cache read from the wrong
+    ancestor, would differ)."""
+    m, _ = copy_model
+    rng = np.random.default_rng(4)
+    x = np.zeros((40, 16), np.int32)  # longer than any training input: a less certain model
+    for row, length in zip(x, rng.integers(7, 13, len(x))):
+        row[:length + 1] = np.append(rng.integers(4, 14, length), EOS)
+    for beam_size, alpha in ((2, 0.6), (4, 0.6), (5, 1.0)):
+        ids, scores = m.beam_search(x, beam_size=beam_size, alpha=alpha, return_scores=True)
+        np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"beam {beam_size}")
+        assert (scores < -0.1).sum() >= 5  # some outputs the model is unsure of
