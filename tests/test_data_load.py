@@ -81,6 +81,34 @@ def test_train_batches_drop_long_pairs_and_repeat_plans():
     assert sum(b[1].shape[0] for b in batches) == 2
 
 
+def test_every_epoch_has_a_new_plan_that_covers_every_pair_once():
+    src_lens, tgt_lens = random_lengths(300, seed=1)
+    src = [np.arange(4, 3 + n) for n in src_lens]  # n - 1 ids: n tokens with </s>
+    tgt = [np.arange(4, 3 + n) for n in tgt_lens]
+    tb = data_load.TrainBatches(src, tgt, 256, seed=7, maxlen1=100, maxlen2=100)
+    plans = [[b.tolist() for b in tb.plan(epoch)] for epoch in range(4)]
+    for epoch, plan in enumerate(plans):
+        assert sorted(i for batch in plan for i in batch) == list(range(300))
+        if epoch:
+            assert plan != plans[epoch - 1]  # reshuffled
+            assert sorted(map(tuple, plan)) != sorted(map(tuple, plans[epoch - 1]))  # regrouped, not only reordered
+    other_seed = data_load.TrainBatches(src, tgt, 256, seed=8, maxlen1=100, maxlen2=100)
+    assert [b.tolist() for b in other_seed.plan(0)] != plans[0]
+
+
+def test_filter_long_keeps_pairs_of_exactly_maxlen_tokens_with_eos():
+    maxlen1, maxlen2 = 10, 12
+    # ids without </s>: n ids are n + 1 tokens; around each limit, one side at a time
+    sizes = [(maxlen1 - 2, 3), (maxlen1 - 1, 3), (maxlen1, 3),
+             (3, maxlen2 - 2), (3, maxlen2 - 1), (3, maxlen2)]
+    src = [np.full(a, 5) for a, _ in sizes]
+    tgt = [np.full(b, 6) for _, b in sizes]
+    keep, dropped = data_load.filter_long(src, tgt, maxlen1, maxlen2)
+    assert keep.tolist() == [0, 1, 3, 4] and dropped == 2
+    tb = data_load.TrainBatches(src, tgt, 1024, seed=0, maxlen1=maxlen1, maxlen2=maxlen2)
+    assert tb.dropped == 2 and sorted(tb.src_lens.tolist()) == [4, 4, maxlen1 - 1, maxlen1]
+
+
 def test_tf_dataset_yields_the_numpy_batches():
     src = [np.array([5, 6]), np.array([7])]
     tgt = [np.array([8]), np.array([9, 10])]
