@@ -270,6 +270,23 @@ def test_padding_what_sits_under_source_padding_changes_nothing():
     np.testing.assert_allclose(da, db, atol=1e-5)
 
 
+def test_decoder_self_attention_ignores_keys_under_the_target_padding_mask():
+    """Targets are right-padded, so causality alone hides their padding from real positions; the
+    target mask is tested with a hole in the middle, where only the mask can hide it."""
+    block = modules.DecoderBlock(D, F, H)
+    memory, source_mask = rand(N, T1, D, seed=8), np.ones((N, T1), bool)
+    x = rand(N, T2, D, seed=9)
+    changed = x.copy()
+    changed[:, 1] = rand(N, D, seed=10)  # position 1 of every row
+    hole = np.ones((N, T2), bool)
+    hole[:, 1] = False
+    a, b = (ops.convert_to_numpy(block(v, memory, hole, source_mask)) for v in (x, changed))
+    np.testing.assert_allclose(a[:, 2:], b[:, 2:], atol=1e-5)  # later positions do not see it
+    full = np.ones((N, T2), bool)  # without the hole they would
+    a, b = (ops.convert_to_numpy(block(v, memory, full, source_mask)) for v in (x, changed))
+    assert not np.allclose(a[:, 2:], b[:, 2:], atol=1e-3)
+
+
 @pytest.mark.parametrize("layer, args", [
     (modules.TokenEmbedding(V, D), (np.array([[1, 2, 0]]),)),
     (modules.PositionalEncoding(D, 10, "learned"), (rand(N, T1, D),)),
