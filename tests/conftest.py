@@ -1,5 +1,6 @@
 """Shared fixtures: the project root on sys.path, small corpora written by the tests themselves."""
 import os
+import re
 import subprocess
 import sys
 
@@ -37,6 +38,15 @@ def run_script(*args, cwd=ROOT, timeout=600):
     """Run one of the project's scripts with this interpreter; returns the CompletedProcess."""
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def assert_one_line_error(run, pattern):
+    """A script's user error: exit status 2, no traceback, and one `error:` line, the last on
+    stderr, matching pattern (which names the file, and the line where there is one)."""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert len(errors) == 1 and run.stderr.strip().splitlines()[-1] == errors[0], run.stderr[-3000:]
+    assert re.search(pattern, errors[0]), errors[0]
 
 
 @pytest.fixture(scope="session")

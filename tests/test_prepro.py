@@ -8,7 +8,7 @@ import pytest
 
 import hyperparams
 import prepro
-from conftest import ENGLISH, GERMAN, run_script, write_parallel
+from conftest import ENGLISH, GERMAN, assert_one_line_error, run_script, write_parallel
 from utils import UserError
 
 TRAIN_DE = """<url>http://www.ted.com/talks/a.html</url>
@@ -316,3 +316,17 @@ def test_iwslt_train_reader_drops_tag_lines_and_keeps_the_rest_in_order(rows):
         src, tgt = prepro.read_iwslt_train(*paths)
     text = [r for r in rows if not isinstance(r, str)]
     assert list(zip(src, tgt)) == [(prepro.clean(s), prepro.clean(t)) for s, t in text]
+
+
+def test_prepro_misaligned_seg_ids_are_one_line_naming_both_files_and_lines(tmp_path):
+    d = tmp_path / "iwslt"
+    os.makedirs(d)
+    write(d / "train.tags.de-en.de", TRAIN_DE)
+    write(d / "train.tags.de-en.en", TRAIN_EN)
+    for tst in ("tst2013", "tst2014"):
+        write(d / f"IWSLT16.TED.{tst}.de-en.de.xml", xml(["eins", "zwei", "drei"]))
+        write(d / f"IWSLT16.TED.{tst}.de-en.en.xml", xml(["one", "two", "three"]).replace('id="2"', 'id="7"'))
+    run = run_script("prepro.py", "--corpus", "iwslt", "--data_dir", str(d), "--prepro_dir", str(tmp_path / "p"),
+                     "--vocab_size", "40")
+    de, en = (re.escape(str(d / f"IWSLT16.TED.tst2013.de-en.{lang}.xml")) for lang in ("de", "en"))
+    assert_one_line_error(run, rf"{de}:6: <seg> \('0', '2'\) faces \('0', '7'\) at {en}:6: the files are not aligned")

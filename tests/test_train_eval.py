@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import SHARED, run_script
+from conftest import SHARED, assert_one_line_error, run_script
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +206,80 @@ def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     assert run.stderr.count("translated in") == 5
     peak = int(re.search(r"peak_rss_mb (\d+)", run.stderr).group(1))
     assert peak < 2000, f"translating long lines took {peak} MB"
+
+
+def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_start):
+    import numpy as np
+
+    import eval as evaluation
+    import hyperparams
+    tmp, _, _ = quick_start
+    hp = hyperparams.load_hparams(str(tmp / "log"))
+    model, _, name = evaluation.load_trained(hp, average_last=3)
+    paths = [path for _, path in evaluation.checkpoints(hp.logdir)[-3:]]
+    each = [evaluation.load_checkpoint(path, hp).get_weights() for path in paths]
+    got = model.get_weights()
+    assert len(got) == len(each[0]) > 40
+    for mean, *weights in zip(got, *each):
+        np.testing.assert_allclose(mean, np.mean(weights, axis=0), rtol=1e-6, atol=1e-7)
+    assert not all(np.array_equal(a, b) for a, b in zip(got, each[-1]))  # not simply the newest
+    assert name == paths[-1][:-len(".keras")] + "_avg3.keras"
+
+
+def test_a_damaged_checkpoint_is_a_one_line_error(quick_start, tmp_path):
+    tmp, dirs, _ = quick_start
+    newest = sorted(os.listdir(tmp / "log" / "ckpt"))[-1]
+    data = (tmp / "log" / "ckpt" / newest).read_bytes()
+    damaged = tmp_path / "damaged.keras"
+    damaged.write_bytes(data[:len(data) // 2])
+    run = run_script("eval.py", *dirs, "--ckpt", str(damaged))
+    assert_one_line_error(run, rf"{re.escape(str(damaged))}: cannot load this checkpoint")
+
+
+def test_an_id_beyond_the_vocabulary_is_a_one_line_error(quick_start, tmp_path):
+    import shutil
+
+    import numpy as np
+    tmp, _, _ = quick_start
+    prepro_dir = tmp_path / "prepro"
+    shutil.copytree(tmp / "prepro", prepro_dir)
+    vocab_size = json.loads((prepro_dir / "meta.json").read_text())["vocab_size"]
+    with np.load(prepro_dir / "train.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["tgt_ids"][7] = vocab_size
+    np.savez(prepro_dir / "train.npz", **arrays)
+    run = run_script("train.py", "--prepro_dir", str(prepro_dir), "--logdir", str(tmp_path / "log"))
+    assert_one_line_error(run, rf"{re.escape(str(prepro_dir / 'train.npz'))}: tgt_ids holds id {vocab_size} "
+                               rf"but the vocabulary has {vocab_size}")
+
+
+def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    _, dirs, _ = quick_start
+    run = subprocess.run([sys.executable, "translate.py", *dirs], input=b"Ein Hund.\nZwei \xff Katzen.\n", cwd=ROOT,
+                         capture_output=True, timeout=300)
+    run.stderr = run.stderr.decode("utf-8")
+    assert_one_line_error(run, r"<stdin>:2: bytes that are not UTF-8")
+    assert run.stdout == b""
+
+
+def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
+    logdir = tmp_path / "log"
+    os.makedirs(logdir)
+    (logdir / "hparams.json").write_text('{\n  "d_model": 64,\n  "d_ff"\n}\n', encoding="utf-8")
+    run = run_script("eval.py", "--logdir", str(logdir))
+    assert_one_line_error(run, rf"{re.escape(str(logdir / 'hparams.json'))}: not valid JSON \(.*line 4 column 1\b")
+
+
+def test_a_broken_tf_config_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    env = dict(os.environ, TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:1"]}, "task": ')
+    run = subprocess.run([sys.executable, "train.py", "--logdir", str(tmp_path / "log"), "--prepro_dir",
+                          str(tmp_path / "none")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(run, r"TF_CONFIG is not a valid cluster description \(.*line 1 column \d+")
