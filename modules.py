@@ -543,6 +543,19 @@ def smoothed_cross_entropy(logits, labels, epsilon):
     return loss(logits)
 
 
+def mean_over_replicas(x):
+    """The mean of a scalar over the replicas of a tf.distribute step; x itself on one device and
+    on other backends (JAX's DataParallel computes on the global batch)."""
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()  # None in a cross-replica context
+    if context is None or context.num_replicas_in_sync == 1:
+        return x
+    return context.all_reduce(tf.distribute.ReduceOp.MEAN, ops.stop_gradient(x))
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against label-smoothed targets, averaged over non-pad target tokens.
@@ -564,14 +577,21 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def call(self, labels, logits):
         """labels (N, T2) int, logits (N, T2, V) -> per-token loss, scaled so that Keras' reduction
-        (sum / (N * T2), and / replicas under tf.distribute) gives the mean over real tokens (N, T2)."""
+        (sum / (N * T2)) gives the mean over the real tokens (N, T2).
+
+        Under tf.distribute each replica holds a part of the global batch, Keras divides each
+        replica's loss by the number of replicas R and sums the gradients. Dividing by the mean of
+        the replicas' token counts (the global count / R) instead of the replica's own makes that
+        sum the gradient of the mean over all real tokens of the global batch, as on one device,
+        however unevenly the tokens are split. JAX's DataParallel computes on the global batch."""
         labels = ops.cast(labels, "int32")  # (N, T2)
         if self.label_map is not None:
             labels = ops.take(ops.convert_to_tensor(np.asarray(self.label_map, np.int32)), labels)  # (N, T2) columns
         per_token = smoothed_cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
         size = ops.cast(ops.shape(mask)[0] * ops.shape(mask)[1], "float32")
-        return per_token * mask * (size / ops.maximum(ops.sum(mask), 1.0))  # (N, T2)
+        tokens = mean_over_replicas(ops.sum(mask))  # the real tokens of this replica's share
+        return per_token * mask * (size / ops.maximum(tokens, 1.0))  # (N, T2)
 
     def get_config(self):
         return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id, "label_map": self.label_map}

@@ -1,5 +1,7 @@
 """Train a tiny Transformer for a few steps on fixed global batches and save its weights, through
 the same `devices.setup` path as train.py; tests/test_distributed.py compares the strategies.
+Two copies train: one with the port's Adam, one with plain SGD, whose steps show the gradients'
+scale (Adam's updates do not change when every gradient is doubled).
 
     python tests/dist_train.py OUT.npz --strategy one|mirrored|multi_worker|data_parallel [--cpus 2]
 
@@ -16,10 +18,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 STEPS, BATCH, VOCAB = 4, 8, 24
-# Source and target lengths of the rows of every batch: each half and each interleaved half of a
-# batch holds the same number of real tokens, so that however the engine splits a global batch,
-# every replica's mean loss weighs tokens as the single-device mean does.
-LENGTHS = [3, 3, 6, 6, 6, 6, 3, 3]
+# Source and target lengths of the rows of every batch. The halves of a batch hold 14 and 23 real
+# target tokens (with </s>), its interleaved halves 11 and 26: however an engine splits a global
+# batch between two replicas, their shares are uneven, and a loss that weighed each replica's
+# tokens by its own count would not be the single device's.
+SRC_LENGTHS = [7, 2, 5, 3, 6, 1, 4, 2]
+TGT_LENGTHS = [1, 2, 1, 6, 3, 7, 2, 7]
 
 
 def batches(seed=0):
@@ -28,10 +32,21 @@ def batches(seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(STEPS):
-        src = [rng.integers(4, VOCAB, n) for n in LENGTHS]
-        tgt = [rng.integers(4, VOCAB, n) for n in LENGTHS[::-1]]
+        src = [rng.integers(4, VOCAB, n) for n in SRC_LENGTHS]
+        tgt = [rng.integers(4, VOCAB, n) for n in TGT_LENGTHS]
         out.append(training_arrays(src, tgt, multiple=8))
     return out
+
+
+def with_sgd(m, learning_rate=0.5):
+    """m compiled as compile_model does, with plain SGD for the optimizer."""
+    import keras
+
+    m.compile(optimizer=keras.optimizers.SGD(learning_rate), loss=m.loss, jit_compile=m.jit_compile)
+    dummy = np.array([[4, 3]], np.int32)  # built now, as compile_model builds (see Transformer._maybe_symbolic_build)
+    m.compute_loss(x=(dummy, dummy), y=dummy, y_pred=m((dummy, dummy)), training=False)
+    m.optimizer.build(m.trainable_variables)
+    return m
 
 
 def main():
@@ -56,18 +71,24 @@ def main():
     hp = hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0, lr=1e-3,
                              warmup_steps=2, strategy=args.strategy, precision="float32")
     run = devices.setup(hp, devices=device_names)
-    keras.utils.set_random_seed(0)
-    with run.scope:
-        m = transformer.compile_model(transformer.make_model(hp, VOCAB), hp)
     data = batches()
     x = np.concatenate([b[0][0] for b in data])
     d = np.concatenate([b[0][1] for b in data])
     y = np.concatenate([b[1] for b in data])
-    history = m.fit((x, d), y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    models = {}
+    with run.scope:
+        for name in ("adam", "sgd"):
+            keras.utils.set_random_seed(0)  # the same initial weights for both
+            models[name] = transformer.compile_model(transformer.make_model(hp, VOCAB), hp)
+        models["sgd"] = with_sgd(models["sgd"])
+    saved = {"replicas": run.replicas}
+    for name, m in models.items():
+        history = m.fit((x, d), y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        saved[f"{name}:loss"] = history.history["loss"][-1]
+        saved.update({f"{name}:{w.path}": np.asarray(keras.ops.convert_to_numpy(w.value)) for w in m.weights})
+        print(f"{run.describe()}: {name} loss {history.history['loss'][-1]:.6f}")
     if run.chief:
-        np.savez(args.out, loss=history.history["loss"][-1], replicas=run.replicas,
-                 **{w.path: np.asarray(keras.ops.convert_to_numpy(w.value)) for w in m.weights})
-    print(f"{run.describe()}: loss {history.history['loss'][-1]:.6f}")
+        np.savez(args.out, **saved)
 
 
 if __name__ == "__main__":
