@@ -25,6 +25,13 @@ def backend():
     return keras.backend.backend()
 
 
+def sync_variables(model):
+    """Bring the variables into the model: Keras' JAX trainer keeps them outside it during fit, so
+    a callback that reads or writes them (or saves a checkpoint) must sync first."""
+    if getattr(model, "_jax_state", None) is not None:
+        model.jax_state_sync()
+
+
 def gpus():
     """The GPUs the backend sees."""
     if backend() == "tensorflow":

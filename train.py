@@ -14,21 +14,21 @@ checkpoint, as if it had never stopped.
 import dataclasses
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
 import time
-import zipfile
 
 import numpy as np
 from tqdm import tqdm
 
+import checkpoints
 import data_load
 import devices
 import hyperparams
-from eval import bleu_scores, checkpoints, format_scores, load_checkpoint, translate_lines, write_results
-from utils import UserError, atomic_write, run_cli, section
+from decoding import translate_lines
+from scoring import bleu_scores, format_scores, write_results
+from utils import UserError, run_cli, section
 
 
 def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step, guard):
@@ -46,7 +46,7 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
             self.start, self.tokens = time.time(), 0
 
         def on_train_batch_end(self, batch, logs=None):
-            sync_state(self.model)
+            devices.sync_variables(self.model)
             self.tokens += tokens_per_step[batch]
             self.bar.update(1)
             if batch % 10 == 0 or batch == len(tokens_per_step) - 1:
@@ -61,102 +61,6 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
 
 
     return Progress()
-
-
-# Checkpoints: every file is a .keras model with its optimizer state and, inside the same zip, the
-# training state (position in the epoch, random state, loss so far), written under a temporary name
-# and renamed, so a run killed at any moment leaves only complete checkpoints.
-
-STATE_FILE = "training_state.json"
-STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
-
-
-def seed_states(model):
-    """The state variables of the dropout layers' random seed generators (not part of .keras weights)."""
-    weights = {id(v) for v in model.weights}
-    return [v for v in model.variables if id(v) not in weights]
-
-
-def training_state(model, epoch, batch, loss_total, loss_count):
-    """What a checkpoint needs besides weights and optimizer to continue exactly where it was."""
-    import keras
-
-    return dict(epoch=epoch, batch=batch, step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-                rng=[keras.ops.convert_to_numpy(v).tolist() for v in seed_states(model)],
-                loss_total=loss_total, loss_count=loss_count)
-
-
-def sync_state(model):
-    """Bring the variables into the model: the JAX trainer keeps them outside it during fit."""
-    if getattr(model, "_jax_state", None) is not None:
-        model.jax_state_sync()
-
-
-def save_checkpoint(model, path, state):
-    """model.save plus the training state in the same zip, renamed into place once complete."""
-    sync_state(model)
-    with atomic_write(path) as tmp:
-        model.save(tmp)
-        with zipfile.ZipFile(tmp, "a") as z:
-            z.writestr(STATE_FILE, json.dumps(state))
-
-
-def read_state(path):
-    """The training state inside a checkpoint; None for a checkpoint without one."""
-    with zipfile.ZipFile(path) as z:
-        if STATE_FILE not in z.namelist():
-            return None
-        return json.loads(z.read(STATE_FILE))
-
-
-def step_checkpoints(logdir):
-    """Mid-epoch checkpoints of <logdir>/ckpt/steps, oldest first."""
-    directory = os.path.join(logdir, "ckpt", "steps")
-    if not os.path.isdir(directory):
-        return []
-    found = [(int(m.group(1)), name) for name in os.listdir(directory) if (m := STEP_CHECKPOINT.match(name))]
-    return [os.path.join(directory, name) for _, name in sorted(found)]
-
-
-def newest_checkpoint(logdir):
-    """(path, state) of the checkpoint to resume from, the latest position in training; None if none.
-
-    The state of an epoch checkpoint is {epoch: epochs done, batch: 0}; of a mid-epoch one
-    {epoch: epoch in progress (0-based), batch: batches of it done}. A file that cannot be read is
-    passed over with a note.
-    """
-    candidates = []
-    for epoch, path in checkpoints(logdir):
-        candidates.append((path, {"epoch": epoch, "batch": 0}))
-    candidates += [(path, None) for path in step_checkpoints(logdir)]
-    best = None
-    for path, fallback in candidates:
-        try:
-            state = read_state(path) or fallback
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
-            print(f"note: {path}: not a readable checkpoint ({e}); passed over", file=sys.stderr)
-            continue
-        if state is None:
-            continue
-        if best is None or (state["epoch"], state["batch"]) > (best[1]["epoch"], best[1]["batch"]):
-            best = (path, state)
-    return best
-
-
-def restore(path, state, hp, total_steps=None):
-    """The model of a checkpoint, compiled, with its optimizer state and random state."""
-    import keras
-
-    import model as transformer
-
-    model = load_checkpoint(path, hp)
-    transformer.compile_model(model, hp, total_steps)  # builds the optimizer
-    # load_checkpoint(compile=False) skips the optimizer: load it with the weights
-    model.load_weights(path)
-    if state.get("rng"):
-        for variable, value in zip(seed_states(model), state["rng"]):
-            variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
-    return model
 
 
 class StopSignals:
@@ -203,7 +107,7 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
             self.batch, self.nonfinite, self.saved, self.last_saved_step = first_batch, None, None, None
 
         def on_train_batch_end(self, batch, logs=None):
-            sync_state(self.model)  # JAX: the next step reads the emptied tracker back from its variables
+            devices.sync_variables(self.model)  # JAX: the next step reads the emptied tracker from them
             self.batch = first_batch + batch + 1
             batch_total = float(keras.ops.convert_to_numpy(self.tracker.total))  # this batch alone
             batch_count = float(keras.ops.convert_to_numpy(self.tracker.count))
@@ -224,10 +128,9 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
 
         def save(self, step):
             path = os.path.join(hp.logdir, "ckpt", "steps", f"S{step:08d}.keras")
-            save_checkpoint(self.model, path, training_state(self.model, epoch, self.batch,
-                                                             self.loss_total, self.loss_count))
-            for old in step_checkpoints(hp.logdir)[:-hp.keep_step_checkpoints]:
-                os.remove(old)
+            checkpoints.save(self.model, path, checkpoints.training_state(self.model, epoch, self.batch,
+                                                                          self.loss_total, self.loss_count))
+            checkpoints.prune_steps(hp.logdir, hp.keep_step_checkpoints)
             self.saved, self.last_saved_step = path, step
 
     return Guard()
@@ -241,15 +144,9 @@ def check_logdir(hp):
     saved = hyperparams.load_hparams(hp.logdir)
     diff = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in hyperparams.MODEL_FIELDS + ("prepro_dir",)
             if getattr(saved, f) != getattr(hp, f)]
-    if diff and checkpoints(hp.logdir):
+    if diff and checkpoints.epoch_checkpoints(hp.logdir):
         raise UserError(f"{path}: this logdir holds a run with other settings ({', '.join(diff)}); "
                         f"pass a new --logdir, or remove {hp.logdir} to start over")
-
-
-def prune(logdir, keep):
-    """Keep the newest `keep` epoch checkpoints."""
-    for _, path in checkpoints(logdir)[:-keep]:
-        os.remove(path)
 
 
 def write_scalars(logdir, epoch, values):
@@ -311,12 +208,12 @@ def main(argv=None):
     print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
 
     section("Build model")
-    found = newest_checkpoint(hp.logdir)
+    found = checkpoints.newest(hp.logdir)
     start_epoch, start_batch, carry = 0, 0, (0.0, 0.0)
     if found:
         path, state = found
         with run.scope:
-            model = restore(path, state, hp, total_steps)
+            model = checkpoints.restore(path, state, hp, total_steps)
         start_epoch, start_batch = state["epoch"], state["batch"]
         carry = (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
         step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
@@ -354,7 +251,7 @@ def main(argv=None):
             fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
             if guard.nonfinite:
                 step, batch, value = guard.nonfinite
-                last = newest_checkpoint(hp.logdir)
+                last = checkpoints.newest(hp.logdir)
                 raise UserError(f"training loss became {value} at step {step} (epoch {epoch + 1}, batch {batch}); "
                                 f"the last good checkpoint, {last[0] if last else 'none yet'}, is untouched; "
                                 f"lower --lr or raise --warmup_steps, or pass --skip_nonfinite 1 to leave such "
@@ -379,11 +276,10 @@ def main(argv=None):
             start = time.time()
             write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
                           dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
-            save_checkpoint(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
-                            training_state(model, epoch + 1, 0, 0.0, 0.0))
-            prune(out.logdir, hp.keep_checkpoints)
-            for old in step_checkpoints(out.logdir):  # older than the epoch checkpoint
-                os.remove(old)
+            checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
+                             checkpoints.training_state(model, epoch + 1, 0, 0.0, 0.0))
+            checkpoints.prune(out.logdir, hp.keep_checkpoints)
+            checkpoints.prune_steps(out.logdir)  # older than the epoch checkpoint
             save_seconds = time.time() - start
             lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
             seconds = max(progress.seconds, 1e-9)

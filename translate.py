@@ -11,7 +11,8 @@ A sentence longer than the model was trained on (maxlen1 tokens) is split at sen
 import sys
 
 import hyperparams
-from eval import add_decoding_arguments, load_trained, translate_lines
+from decoding import translate_lines
+from eval import add_decoding_arguments, load_trained
 from prepro import clean
 from utils import UserError, atomic_write, run_cli
 

@@ -68,14 +68,14 @@ def main(argv=None):
     args, hp = common.parse(parser, argv)
     import keras
 
+    import checkpoints
     import model as transformer
-    from eval import load_checkpoint
 
     section("Model")
     keras.utils.set_random_seed(args.seed)
     if args.ckpt:
         hp = hyperparams.load_hparams(os.path.dirname(os.path.dirname(os.path.abspath(args.ckpt))))
-        model, length = load_checkpoint(args.ckpt, hp), None
+        model, length = checkpoints.load(args.ckpt, hp), None
         print(f"checkpoint {args.ckpt}: decoding until </s>")
     else:
         output_ids = None

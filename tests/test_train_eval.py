@@ -72,16 +72,16 @@ def test_reference_outputs_score_as_published():
     data = os.path.join(SHARED, "data")
     if not os.path.isdir(data):
         pytest.skip("../shared is not beside the project")
-    import eval as evaluation
     import prepro
+    import scoring
 
     cases = (("iwslt2016_E19L2.64B28.06", "tst2013", 28.06, 33.07),
              ("iwslt2016_E19L2.64-29146B23.88", "tst2014", 23.88, 27.84))
     for name, tst, reference_way, sacre in cases:
-        hyps = evaluation.read_hypotheses(os.path.join(data, "reference-outputs", name))
+        hyps = scoring.read_hypotheses(os.path.join(data, "reference-outputs", name))
         xml = os.path.join(data, "iwslt2017-en-de", f"IWSLT17.TED.{tst}.en-de.{{}}.xml")
         _, refs = prepro.read_iwslt_pair(xml.format("de"), xml.format("en"))
-        scores = evaluation.bleu_scores(hyps, refs)
+        scores = scoring.bleu_scores(hyps, refs)
         assert round(scores["reference"], 2) == reference_way
         assert round(scores["sacrebleu"], 2) == sacre
 
@@ -115,10 +115,10 @@ def test_translate_round_trip(quick_start, tmp_path):
 def test_split_long_keeps_every_token(quick_start):
     import sentencepiece as spm
 
-    import eval as evaluation
+    import decoding
     sp = spm.SentencePieceProcessor(model_file=str(quick_start[0] / "prepro" / "bpe.model"))
     text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
-    pieces = evaluation.split_long(sp, text.strip(), 12)
+    pieces = decoding.split_long(sp, text.strip(), 12)
     assert all(len(p) <= 12 for p in pieces)
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
 
@@ -211,13 +211,14 @@ def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
 def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_start):
     import numpy as np
 
+    import checkpoints
     import eval as evaluation
     import hyperparams
     tmp, _, _ = quick_start
     hp = hyperparams.load_hparams(str(tmp / "log"))
     model, _, name = evaluation.load_trained(hp, average_last=3)
-    paths = [path for _, path in evaluation.checkpoints(hp.logdir)[-3:]]
-    each = [evaluation.load_checkpoint(path, hp).get_weights() for path in paths]
+    paths = [path for _, path in checkpoints.epoch_checkpoints(hp.logdir)[-3:]]
+    each = [checkpoints.load(path, hp).get_weights() for path in paths]
     got = model.get_weights()
     assert len(got) == len(each[0]) > 40
     for mean, *weights in zip(got, *each):
