@@ -10,15 +10,15 @@ import numpy as np
 from keras import ops
 
 import devices
+from data_load import BOS, EOS, PAD, UNK
 from modules import (NEG_INF, PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
                      LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt,
                      WarmupLinearDecay, attention_bias)
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
-# The first greedy step attends over one key; Keras warns about a softmax over an axis of size 1.
-warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+# One pair (a word piece, </s>) as source and target: a call on it creates every weight.
+BUILD_IDS = np.array([[4, EOS]], np.int32)
 
 
 def bar_tokens(log_probs, allow_eos):
@@ -196,7 +196,9 @@ class Transformer(keras.Model):
     def uncached_greedy_step(self, target_in, memory, source_mask, allow_eos):
         """The reference's step: the whole decoder over the prefix (N, t), logits for every position,
         the last one used -> (next ids (N,), their log-probabilities (N,))."""
-        logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
+        with warnings.catch_warnings():  # the first step attends over one key: a softmax over an axis of size 1
+            warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+            logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
         return self.greedy_choice(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
 
     def greedy_loop(self, source, max_len, min_len):
@@ -248,7 +250,7 @@ class Transformer(keras.Model):
         Returns:
           ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
         """
-        k, vocab, neg_inf = beam_size, self.output_size, -1e9
+        k, vocab = beam_size, self.output_size
         penalty = lambda length: ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
         memory_kv, source_bias, caches = self.start_decoding(source, max_len, k)
         n = ops.shape(source)[0]
@@ -282,31 +284,31 @@ class Transformer(keras.Model):
             # 2. finished: </s> among the best K candidates of a sentence not yet done
             eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
             eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(done, 1)))
-            new_norm = ops.where(eligible, top_scores / penalty(t + 1), neg_inf)  # (N, 2K)
+            new_norm = ops.where(eligible, top_scores / penalty(t + 1), NEG_INF)  # (N, 2K)
             all_norm = ops.concatenate([fin_norm, new_norm], axis=1)  # (N, 3K)
             fin_norm, keep = ops.top_k(all_norm, k)  # (N, K)
             fin_seqs = gather_beams(ops.concatenate([fin_seqs, top_seqs], axis=1), keep)  # (N, K, L)
             fin_scores = ops.take_along_axis(ops.concatenate([fin_scores, top_scores], axis=1), keep, axis=1)
             # 3. open: the best K candidates that do not end in </s>
-            open_scores, pick = ops.top_k(ops.where(is_eos, neg_inf, top_scores), k)  # (N, K)
+            open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k)  # (N, K)
             alive_seqs = gather_beams(top_seqs, pick)  # (N, K, L)
             history = gather_beams(history, ops.take_along_axis(top_beams, pick, axis=1))  # (N, K, L*K)
             tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
             # 4. done: no open hypothesis can beat the best finished one (log-probs only fall; the
             #    penalty peaks at max_len)
             bound = ops.max(open_scores, axis=1) / penalty(max_len)  # (N,)
-            done = ops.logical_or(done, ops.logical_and(fin_norm[:, 0] > neg_inf / 2, bound <= fin_norm[:, 0]))
-            alive_scores = ops.where(ops.expand_dims(done, 1), neg_inf, open_scores)  # (N, K)
+            done = ops.logical_or(done, ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
+            alive_scores = ops.where(ops.expand_dims(done, 1), NEG_INF, open_scores)  # (N, K)
             return t + 1, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches
 
-        first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), neg_inf)], axis=1)  # K copies start as one
+        first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), NEG_INF)], axis=1)  # K copies start as one
         start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
                  ops.zeros((n, k, max_len), "int32"), first, ops.zeros((n, k, max_len * k), "bool"),
                  ops.zeros((n, k, max_len), "int32"),
-                 ops.full((n, k), neg_inf), ops.full((n, k), neg_inf), ops.zeros((n,), "bool"), caches)
+                 ops.full((n, k), NEG_INF), ops.full((n, k), NEG_INF), ops.zeros((n,), "bool"), caches)
         _, _, alive_seqs, alive_scores, _, fin_seqs, fin_norm, fin_scores, _, _ = ops.while_loop(cond, body, start)
         # nothing finished within max_len: the best open hypothesis
-        has_finished = ops.expand_dims(fin_norm[:, 0] > neg_inf / 2, 1)  # (N, 1)
+        has_finished = ops.expand_dims(fin_norm[:, 0] > NEG_INF / 2, 1)  # (N, 1)
         best_open = ops.expand_dims(ops.cast(ops.argmax(alive_scores, axis=1), "int32"), 1)  # (N, 1)
         ids = ops.where(has_finished, fin_seqs[:, 0], gather_beams(alive_seqs, best_open)[:, 0])  # (N, L)
         scores = ops.where(has_finished[:, 0], fin_scores[:, 0],
@@ -455,8 +457,7 @@ class Transformer(keras.Model):
 
     def build_with_dummy(self):
         """Create every weight by calling the model once on a tiny batch."""
-        dummy = np.array([[4, EOS]], np.int32)
-        self((dummy, dummy), training=False)
+        self((BUILD_IDS, BUILD_IDS), training=False)
 
 
 def make_model(hp, vocab_size, output_ids=None):
@@ -490,7 +491,6 @@ def compile_model(model, hp, total_steps=None):
     model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))
     # Build the compiled loss and the optimizer now (see Transformer._maybe_symbolic_build).
-    dummy = np.array([[4, EOS]], np.int32)
-    model.compute_loss(x=(dummy, dummy), y=dummy, y_pred=model((dummy, dummy)), training=False)
+    model.compute_loss(x=(BUILD_IDS, BUILD_IDS), y=BUILD_IDS, y_pred=model((BUILD_IDS, BUILD_IDS)), training=False)
     model.optimizer.build(model.trainable_variables)
     return model

@@ -43,8 +43,8 @@ def with_sgd(m, learning_rate=0.5):
     import keras
 
     m.compile(optimizer=keras.optimizers.SGD(learning_rate), loss=m.loss, jit_compile=m.jit_compile)
-    dummy = np.array([[4, 3]], np.int32)  # built now, as compile_model builds (see Transformer._maybe_symbolic_build)
-    m.compute_loss(x=(dummy, dummy), y=dummy, y_pred=m((dummy, dummy)), training=False)
+    from model import BUILD_IDS as ids  # built now, as compile_model builds (see Transformer._maybe_symbolic_build)
+    m.compute_loss(x=(ids, ids), y=ids, y_pred=m((ids, ids)), training=False)
     m.optimizer.build(m.trainable_variables)
     return m
 
