@@ -66,8 +66,8 @@ def output_ids(output_vocab, tgt):
     """The ids the decoder may output: None for output_vocab "all" (every id); for "target", the
     ids 0-3 and every id that occurs in the training targets tgt (a list of id arrays), ascending.
 
-    Multi30k's 8,000 joint pieces hold 4,269 that occur on the English side: the softmax over them
-    alone costs about half (README, Speed)."""
+    A joint vocabulary holds many pieces that only the source side uses; a softmax over the
+    target side's pieces alone costs less per step."""
     if output_vocab == "all":
         return None
     seen = np.unique(np.concatenate([np.asarray(t, np.int64).ravel() for t in tgt] + [np.arange(4)]))
@@ -131,8 +131,7 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
     a single over-budget pair forms its own batch.
 
     The second and third keys leave the batches' cost as it is and cut how much of it is padding:
-    pairs of one cost differ in their shorter side (Multi30k: 5% -> 2.5% of the source tokens and
-    8% -> 3% of the target tokens are padding; README, Speed). All three are lengths padded up to
+    pairs of one cost differ in their shorter side. All three are lengths padded up to
     `multiple`, as the batches will be.
 
     Args:
@@ -250,9 +249,8 @@ def tf_dataset(batch_iterable_fn, num_batches):
     dataset = tf.data.Dataset.from_generator(batch_iterable_fn, output_signature=((spec, spec), spec))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches)).prefetch(2)
     # No autotuning: nothing here is tunable (one generator, a fixed prefetch), and its background
-    # thread sleeps 10 ms, 20 ms, 40 ms, ... between rounds; deleting the iterator at the end of
-    # an epoch could wait for its next wake-up (fit returned exactly 81.9 s = 10 ms x (2^13 - 1)
-    # after it started in 7 of 16 epochs, 20-24 s after the last step; README, Results).
+    # thread sleeps 10 ms, 20 ms, 40 ms, ... between rounds, so deleting the iterator at the end of
+    # an epoch could wait for its next wake-up, for seconds.
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

@@ -514,7 +514,7 @@ def smoothed_cross_entropy(logits, labels, epsilon):
     written out: the softmax reuses the forward pass's exponentials (one multiply), and the label
     term is subtracted at the N * T label positions only (a scatter), not through a dense
     comparison. The automatic gradient of the label gather would scatter into a dense (N, T, V)
-    zero tensor, which cost the CPU more than the whole rest of the loss (see README, Speed).
+    zero tensor, a pass as large as the logits.
     """
     vocab_size = ops.shape(logits)[-1]
 
@@ -645,7 +645,7 @@ class FusedAdam(keras.optimizers.Adam):
     """keras.optimizers.Adam whose update of each TensorFlow variable is one kernel.
 
     Keras' Adam updates a weight with about a dozen elementwise ops, each a pass over the weight,
-    its moments and temporaries; on a CPU that was 12% of a multi30k training step. With the
+    its moments and temporaries. With the
     TensorFlow backend and plain (not mirrored) variables, this runs TensorFlow's fused
     `ResourceApplyAdam` instead: the same rule (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2),
     w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps)) in one pass. Elsewhere (JAX, PyTorch,

@@ -10,11 +10,10 @@ import sys
 # Keep TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) out of the scripts' output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow's default CPU allocator takes every tensor from malloc, which maps anything over 32 MB
-# fresh from the kernel and unmaps it when freed: the (N, T, V) logits and their gradients, 65 MB
-# each at 2,048 tokens and 8k pieces, page-faulted in anew every training step (about 40,000
-# faults a step). Its BFC allocator keeps the memory and reuses it. Read when TensorFlow first
-# allocates, so setting it here, on importing any of the project's modules, is early enough.
-# TF_CPU_ALLOCATOR_USE_BFC=false in the environment keeps the default (README, Speed).
+# fresh from the kernel and unmaps it when freed, so large tensors such as the (N, T, V) logits are
+# page-faulted in anew every training step. Its BFC allocator keeps the memory and reuses it. Read
+# when TensorFlow first allocates, so setting it here, on importing any of the project's modules,
+# is early enough. TF_CPU_ALLOCATOR_USE_BFC=false in the environment keeps the default.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
