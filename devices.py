@@ -187,3 +187,40 @@ def setup(hp, devices=None):
         print(f"note: --precision {policy} on a CPU without bfloat16 instructions: expect no speed-up (see README)")
     keras.mixed_precision.set_global_policy(policy)
     return Setup(policy, jit_compile(hp), length_multiple(hp), name, replicas, chief, scope)
+
+
+class DistributedTrainingFixes:
+    """Overrides of keras.Model's training and test steps that tf.distribute needs; the
+    Transformer inherits them (before keras.Model), so that the model class itself holds only
+    the model."""
+
+    def train_step(self, *args):
+        return self.multi_worker_logs(super().train_step(*args))
+
+    def test_step(self, *args):
+        return self.multi_worker_logs(super().test_step(*args))
+
+    def multi_worker_logs(self, logs):
+        """Give the step's scalar logs an axis in a multi-worker TensorFlow run.
+
+        Keras 3 averages a MultiWorkerMirroredStrategy run's logs with reduce(MEAN, axis=0),
+        which fails on scalars (tensorflow/tensorflow#72388); the mean of one-element vectors
+        over axis 0 and the workers is the scalar Keras means to report.
+        """
+        if keras.backend.backend() != "tensorflow":
+            return logs  # JAX and PyTorch steps return other structures; nothing to fix there
+        import tensorflow as tf
+        strategy = getattr(self, "_distribute_strategy", None)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.num_replicas_in_sync > 1:
+            return {name: keras.ops.reshape(value, (1,)) for name, value in logs.items()}
+        return logs
+
+    def _maybe_symbolic_build(self, *args, **kwargs):
+        """Keras (TensorFlow trainer, under a tf.distribute strategy) builds what is not built yet
+        from the first batch averaged across replicas: the ids come back float32, and a
+        multi-worker strategy cannot average them at all. compile_model builds the model, the
+        loss and the optimizer beforehand, so nothing is left to build from data."""
+        loss = getattr(self, "_compile_loss", None)
+        if self.built and (loss is None or loss.built) and (self.optimizer is None or self.optimizer.built):
+            return
+        super()._maybe_symbolic_build(*args, **kwargs)

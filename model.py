@@ -3,75 +3,28 @@
 `make_model(hp, vocab_size)` is the only place that reads hyperparameters; the layers in modules.py
 take plain arguments. Shape letters as in modules.py.
 """
-import warnings
-
 import keras
 import numpy as np
 from keras import ops
 
 import devices
-from data_load import BOS, EOS, PAD, UNK
-from modules import (NEG_INF, PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
+from data_load import EOS, PAD, UNK
+from modules import (PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
                      LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt,
-                     WarmupLinearDecay, attention_bias)
+                     WarmupLinearDecay)
 
-# Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
-JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 # One pair (a word piece, </s>) as source and target: a call on it creates every weight.
 BUILD_IDS = np.array([[4, EOS]], np.int32)
 
 
-def bar_tokens(log_probs, allow_eos):
-    """log_probs (N, V) with <pad> and <s> set to -inf, and </s> too unless allow_eos (a boolean
-    scalar). No target holds <pad> or <s>, and a chosen <pad> would read as padding to the uncached
-    decoder and to the output; columns 0-3 are ids 0-3 whatever the output vocabulary."""
-    column = ops.arange(ops.shape(log_probs)[-1])  # (V,)
-    never = ops.logical_or(ops.equal(column, PAD), ops.equal(column, BOS))  # (V,)
-    barred = ops.logical_or(never, ops.logical_and(ops.equal(column, EOS), ops.logical_not(allow_eos)))
-    return ops.where(barred, -np.inf, log_probs)  # (N, V)
-
-
-def top_k_by_blocks(x, k, block=128):
-    """`ops.top_k(x, k)` over the last axis of x (N, M) for M >> k, without sorting all of M.
-
-    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
-    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
-    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
-    top_k over their k * block values. Same values and indices as ops.top_k.
-
-    Returns:
-      values (N, k), column indices (N, k) int32.
-    """
-    n, m = ops.shape(x)[0], int(x.shape[-1])
-    blocks = -(-m // block)
-    if blocks <= k:
-        values, indices = ops.top_k(x, k)
-        return values, ops.cast(indices, "int32")
-    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
-        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
-    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
-    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
-    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
-    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
-    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
-    where = ops.cast(where, "int32")
-    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
-
-
-def trim(ids, scores, return_scores):
-    """Drop the all-<pad> columns at the end of decoded ids (N, L)."""
-    used = np.nonzero((ids != PAD).any(axis=0))[0]
-    ids = ids[:, :used[-1] + 1] if len(used) else ids[:, :1]
-    return (ids, scores.astype(np.float64)) if return_scores else ids
-
-
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class Transformer(keras.Model):
+class Transformer(devices.DistributedTrainingFixes, keras.Model):
     """Encoder-decoder Transformer (section 3) for translation.
 
     Call it on (source ids (N, T1), decoder input ids (N, T2)); it returns logits (N, T2, V'): over
     every id (V' = V), or with output_ids (ascending, starting with the ids 0-3) over those ids
-    alone, column j for id output_ids[j] (V' = len(output_ids)). Decoding returns ids either way.
+    alone, column j for id output_ids[j] (V' = len(output_ids)). decoding.py turns it into a
+    translator: greedy decoding and beam search, returning ids either way.
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
@@ -137,312 +90,6 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source, training=training)  # (N, T1, d)
         return self.decode(target_in, memory, source_mask, training=training)  # (N, T2, V)
 
-    # Decoding. Shapes: K beam size, L the most output tokens (the cache length).
-
-    def default_max_len(self, source_length):
-        """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10."""
-        max_len = int(1.5 * source_length) + 10
-        return min(max_len, self.maxlen2) if self.positional == "learned" else max_len
-
-    def start_decoding(self, source, max_len, group=1):
-        """Encode once; compute every cross-attention's keys/values once; empty self-attention caches.
-
-        Args:
-          source: (N, T1) ids.
-          max_len: L, the cache length.
-          group: K, decoding rows per sentence (beam search's hypotheses), adjacent; they share
-            the sentence's encoder output and cross-attention keys/values.
-
-        Returns:
-          (memory_kv, source_bias, caches) for `decode_step`: memory_kv and source_bias have N rows,
-          caches N*K.
-        """
-        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-        source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
-        memory_kv = [block.cross_attention.memory_heads(memory) for block in self.decoder_blocks]
-        shape = (ops.shape(memory)[0], self.num_heads, max_len * group, self.d_model // self.num_heads)
-        caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
-                  for _ in self.decoder_blocks]  # (N, h, L*K, d_k) each
-        return memory_kv, source_bias, caches
-
-    def decode_step(self, tokens, step, memory_kv, source_bias, caches, self_bias, group=1):
-        """One decoding step with caches: the previous tokens (N*K,) at position `step` ->
-        log-probabilities of the next token over the logits columns (N*K, V') and the updated caches
-        (K = group; self_bias says which cache entries each row may attend to, see DecoderBlock.call_step)."""
-        y = self.target_position(self.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*K, 1, d)
-        new_caches = []
-        for block, kv, (cache_k, cache_v) in zip(self.decoder_blocks, memory_kv, caches):
-            y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step, self_bias,
-                                                  group)  # (N*K, 1, d)
-            new_caches.append((cache_k, cache_v))
-        logits = self.embedding.project(y, self.output_rows())[:, 0]  # (N*K, V')
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V')
-
-    def greedy_choice(self, log_probs, allow_eos):
-        """The most likely next token (N,) and its log-probability (N,); never <pad> or <s>, and
-        never </s> unless allowed.
-        log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
-        log_probs = bar_tokens(log_probs, allow_eos)  # (N, V')
-        best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
-        return self.to_ids(best), ops.take_along_axis(log_probs, ops.expand_dims(best, 1), axis=1)[:, 0]
-
-    def greedy_step(self, tokens, step, allow_eos, memory_kv, source_bias, caches):
-        """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
-        seen = ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step)  # (L,) positions <= step
-        self_bias = ops.reshape(ops.where(seen, 0.0, NEG_INF), (1, 1, 1, -1))  # (1, 1, 1, L)
-        log_probs, caches = self.decode_step(tokens, step, memory_kv, source_bias, caches, self_bias)  # (N, V)
-        return (*self.greedy_choice(log_probs, allow_eos), caches)
-
-    def uncached_greedy_step(self, target_in, memory, source_mask, allow_eos):
-        """The reference's step: the whole decoder over the prefix (N, t), logits for every position,
-        the last one used -> (next ids (N,), their log-probabilities (N,))."""
-        with warnings.catch_warnings():  # the first step attends over one key: a softmax over an axis of size 1
-            warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-            logits = self.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
-        return self.greedy_choice(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
-
-    def greedy_loop(self, source, max_len, min_len):
-        """Cached greedy decoding as one loop in the graph (`ops.while_loop`): encode, then one
-        token per step until every sentence has produced </s> or max_len tokens.
-
-        Args:
-          source: (N, T1) ids.
-          max_len: L, a Python int (fixes the output and cache shapes).
-          min_len: int scalar tensor: </s> is barred before this many tokens.
-
-        Returns:
-          ids (N, L) with <pad> after </s>, and log-probabilities (N,).
-        """
-        memory_kv, source_bias, caches = self.start_decoding(source, max_len)
-        n = ops.shape(source)[0]
-
-        def cond(t, tokens, finished, ids, scores, caches):
-            return ops.logical_and(t < max_len, ops.logical_not(ops.all(finished)))
-
-        def body(t, tokens, finished, ids, scores, caches):
-            next_ids, chosen, caches = self.greedy_step(tokens, t, t >= min_len, memory_kv, source_bias,
-                                                        caches)  # (N,), (N,)
-            next_ids = ops.where(finished, PAD, next_ids)  # (N,)
-            scores = scores + ops.where(finished, 0.0, chosen)  # (N,)
-            ids = ops.slice_update(ids, (0, t), ops.expand_dims(next_ids, 1))  # (N, L)
-            return t + 1, next_ids, ops.logical_or(finished, ops.equal(next_ids, EOS)), ids, scores, caches
-
-        start = (ops.convert_to_tensor(0, "int32"), ops.full((n,), BOS, "int32"), ops.zeros((n,), "bool"),
-                 ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"), caches)
-        _, _, _, ids, scores, _ = ops.while_loop(cond, body, start)
-        return ids, scores
-
-    def beam_loop(self, source, max_len, min_len, beam_size, alpha):
-        """Batched beam search as one loop in the graph; see `beam_search`.
-
-        Each step extends the K open hypotheses of every sentence by every token and keeps the 2K
-        best candidates. Those among the best K that end in </s> compete, by log-probability over
-        the GNMT penalty, for the K finished slots; the best K others stay open. Caches are never
-        moved: each hypothesis carries the mask of its ancestors' cache entries (`history`). A
-        sentence is done once the best score an open hypothesis could still reach (its
-        log-probability over the penalty at max_len) cannot beat its best finished one.
-
-        Args:
-          source: (N, T1) ids.
-          max_len: L (Python int); min_len: int scalar tensor.
-          beam_size: K (Python int); alpha: length penalty exponent (Python float).
-
-        Returns:
-          ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
-        """
-        k, vocab = beam_size, self.output_size
-        penalty = lambda length: ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
-        memory_kv, source_bias, caches = self.start_decoding(source, max_len, k)
-        n = ops.shape(source)[0]
-
-        def gather_beams(x, beams):
-            """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
-            for _ in range(len(x.shape) - 2):
-                beams = ops.expand_dims(beams, -1)  # (N, J, 1, ...)
-            return ops.take_along_axis(x, beams, axis=1)
-
-        slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
-        entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
-
-        def cond(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
-            return ops.logical_and(t < max_len, ops.logical_not(ops.all(done)))
-
-        def body(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
-            # 1. extend: the 2K best of K x V candidates per sentence. history (N, K, L*K) marks the
-            #    cache entries of each open hypothesis' ancestors; its own entry of step t joins it.
-            history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))
-            self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
-            log_probs, caches = self.decode_step(tokens, t, memory_kv, source_bias, caches, self_bias,
-                                                 k)  # (N*K, V')
-            log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
-            candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V')
-            top_scores, top = top_k_by_blocks(candidates, 2 * k)  # (N, 2K)
-            top_beams, top_tokens = top // vocab, self.to_ids(top % vocab)  # (N, 2K)
-            top_seqs = ops.slice_update(gather_beams(alive_seqs, top_beams), (0, 0, t),
-                                        ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
-            is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
-            # 2. finished: </s> among the best K candidates of a sentence not yet done
-            eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
-            eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(done, 1)))
-            new_norm = ops.where(eligible, top_scores / penalty(t + 1), NEG_INF)  # (N, 2K)
-            all_norm = ops.concatenate([fin_norm, new_norm], axis=1)  # (N, 3K)
-            fin_norm, keep = ops.top_k(all_norm, k)  # (N, K)
-            fin_seqs = gather_beams(ops.concatenate([fin_seqs, top_seqs], axis=1), keep)  # (N, K, L)
-            fin_scores = ops.take_along_axis(ops.concatenate([fin_scores, top_scores], axis=1), keep, axis=1)
-            # 3. open: the best K candidates that do not end in </s>
-            open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k)  # (N, K)
-            alive_seqs = gather_beams(top_seqs, pick)  # (N, K, L)
-            history = gather_beams(history, ops.take_along_axis(top_beams, pick, axis=1))  # (N, K, L*K)
-            tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
-            # 4. done: no open hypothesis can beat the best finished one (log-probs only fall; the
-            #    penalty peaks at max_len)
-            bound = ops.max(open_scores, axis=1) / penalty(max_len)  # (N,)
-            done = ops.logical_or(done, ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
-            alive_scores = ops.where(ops.expand_dims(done, 1), NEG_INF, open_scores)  # (N, K)
-            return t + 1, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches
-
-        first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), NEG_INF)], axis=1)  # K copies start as one
-        start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
-                 ops.zeros((n, k, max_len), "int32"), first, ops.zeros((n, k, max_len * k), "bool"),
-                 ops.zeros((n, k, max_len), "int32"),
-                 ops.full((n, k), NEG_INF), ops.full((n, k), NEG_INF), ops.zeros((n,), "bool"), caches)
-        _, _, alive_seqs, alive_scores, _, fin_seqs, fin_norm, fin_scores, _, _ = ops.while_loop(cond, body, start)
-        # nothing finished within max_len: the best open hypothesis
-        has_finished = ops.expand_dims(fin_norm[:, 0] > NEG_INF / 2, 1)  # (N, 1)
-        best_open = ops.expand_dims(ops.cast(ops.argmax(alive_scores, axis=1), "int32"), 1)  # (N, 1)
-        ids = ops.where(has_finished, fin_seqs[:, 0], gather_beams(alive_seqs, best_open)[:, 0])  # (N, L)
-        scores = ops.where(has_finished[:, 0], fin_scores[:, 0],
-                           ops.take_along_axis(alive_scores, best_open, axis=1)[:, 0])  # (N,)
-        return ids, scores
-
-    def compiled_fn(self, name):
-        """`greedy_loop`, `beam_loop` or `uncached_greedy_step`, compiled where the backend allows it.
-
-        On TensorFlow, the decoding loops are compiled whole by XLA (`jit_compile`): one call per
-        batch, fused kernels, buffers updated in place; XLA compiles once per batch shape and
-        max_len. The reference's uncached step is a tf.function with relaxed shapes (one trace for
-        every prefix length). On JAX, each is a `jax.jit` function of the model's variables (passed
-        in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
-        """
-        cache = self.__dict__.setdefault("_compiled_fns", {})
-        if name not in cache:
-            fn = getattr(self, name)
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
-                loop = name.endswith("_loop")
-                fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop)
-            elif keras.backend.backend() == "jax":
-                fn = self.jax_jit(fn, static=JAX_STATIC_ARGS.get(name, ()))
-            cache[name] = fn
-        return cache[name]
-
-    def jax_jit(self, fn, static=()):
-        """fn(*args) as a jax.jit function that reads the model's variables as an argument.
-
-        A plain jax.jit would bake the weights in as constants at the first call, and decoding
-        after more training would use the old ones.
-        """
-        import jax
-
-        def stateless(values, *args):
-            with keras.StatelessScope(state_mapping=list(zip(self.variables, values))):
-                return fn(*args)
-
-        jitted = jax.jit(stateless, static_argnums=tuple(i + 1 for i in static))
-        return lambda *args: jitted([v.value for v in self.variables], *args)
-
-    def greedy_decode(self, source, max_len=None, min_len=0, cached=True, return_scores=False):
-        """Translate a batch greedily, stopping once every sentence has produced </s>.
-
-        Args:
-          source: (N, T1) ids (with </s>, right-padded).
-          max_len: most output tokens; default `default_max_len(T1)`.
-          min_len: </s> is not allowed before this many tokens (benchmarks force lengths with it).
-          cached: decode one token per step with key/value caches, the whole loop compiled;
-            False re-runs the whole decoder over the prefix at every step, as the reference does.
-          return_scores: also return each output's log-probability.
-
-        Returns:
-          (N, L') int32 NumPy array: the output ids, </s> included, <pad> after it
-          [, (N,) float log-probabilities].
-        """
-        source = ops.convert_to_tensor(source, "int32")
-        max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
-        if cached:
-            ids, scores = self.compiled_fn("greedy_loop")(source, max_len, ops.convert_to_tensor(min_len, "int32"))
-            return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
-        n = int(ops.shape(source)[0])
-        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
-        step_fn = self.compiled_fn("uncached_greedy_step")
-        target_in = np.full((n, 1), BOS, np.int32)  # (N, 1)
-        finished = np.zeros(n, bool)  # (N,)
-        scores = np.zeros(n, np.float64)  # (N,)
-        outputs = []
-        for t in range(max_len):
-            next_ids, chosen = step_fn(ops.convert_to_tensor(target_in), memory, source_mask,
-                                       ops.convert_to_tensor(t >= min_len))  # (N,), (N,)
-            next_ids = ops.convert_to_numpy(next_ids).copy()  # (N,)
-            scores += np.where(finished, 0.0, ops.convert_to_numpy(chosen))
-            next_ids[finished] = PAD
-            outputs.append(next_ids)
-            finished |= next_ids == EOS
-            if finished.all():
-                break
-            target_in = np.concatenate([target_in, next_ids[:, None]], axis=1)  # (N, t+1)
-        ids = np.stack(outputs, axis=1)  # (N, L')
-        return (ids, scores) if return_scores else ids
-
-    def beam_search(self, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, return_scores=False):
-        """Batched beam search with the GNMT length penalty ((5 + length) / 6) ** alpha, the whole
-        loop compiled (`beam_loop`). With beam_size 1 and alpha 0 this is greedy decoding.
-
-        Args:
-          source: (N, T1) ids.
-          beam_size: K.
-          alpha: length penalty exponent; 0 ranks by log-probability alone.
-          max_len, min_len: as in greedy_decode.
-          return_scores: also return each output's log-probability (without the penalty).
-
-        Returns:
-          (N, L') int32 ids, </s> included, <pad> after it [, (N,) log-probabilities].
-        """
-        source = ops.convert_to_tensor(source, "int32")
-        max_len = self.default_max_len(int(ops.shape(source)[1])) if max_len is None else max_len
-        ids, scores = self.compiled_fn("beam_loop")(source, max_len, ops.convert_to_tensor(min_len, "int32"),
-                                                    int(beam_size), float(alpha))
-        return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
-
-    def train_step(self, *args):
-        return self.multi_worker_logs(super().train_step(*args))
-
-    def test_step(self, *args):
-        return self.multi_worker_logs(super().test_step(*args))
-
-    def multi_worker_logs(self, logs):
-        """Give the step's scalar logs an axis in a multi-worker TensorFlow run.
-
-        Keras 3 averages a MultiWorkerMirroredStrategy run's logs with reduce(MEAN, axis=0),
-        which fails on scalars (tensorflow/tensorflow#72388); the mean of one-element vectors
-        over axis 0 and the workers is the scalar Keras means to report.
-        """
-        if keras.backend.backend() != "tensorflow":
-            return logs  # JAX and PyTorch steps return other structures; nothing to fix there
-        import tensorflow as tf
-        strategy = getattr(self, "_distribute_strategy", None)
-        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.num_replicas_in_sync > 1:
-            return {name: ops.reshape(value, (1,)) for name, value in logs.items()}
-        return logs
-
-    def _maybe_symbolic_build(self, *args, **kwargs):
-        """Keras (TensorFlow trainer, under a tf.distribute strategy) builds what is not built yet
-        from the first batch averaged across replicas: the ids come back float32, and a
-        multi-worker strategy cannot average them at all. compile_model builds the model, the
-        loss and the optimizer beforehand, so nothing is left to build from data."""
-        loss = getattr(self, "_compile_loss", None)
-        if self.built and (loss is None or loss.built) and (self.optimizer is None or self.optimizer.built):
-            return
-        super()._maybe_symbolic_build(*args, **kwargs)
-
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
@@ -490,7 +137,7 @@ def compile_model(model, hp, total_steps=None):
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))
-    # Build the compiled loss and the optimizer now (see Transformer._maybe_symbolic_build).
+    # Build the compiled loss and the optimizer now (see devices.DistributedTrainingFixes).
     model.compute_loss(x=(BUILD_IDS, BUILD_IDS), y=BUILD_IDS, y_pred=model((BUILD_IDS, BUILD_IDS)), training=False)
     model.optimizer.build(model.trainable_variables)
     return model

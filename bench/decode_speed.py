@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import common  # noqa: E402  (bench/common.py)
 
 import data_load  # noqa: E402
+import decoding  # noqa: E402
 import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
@@ -47,11 +48,11 @@ def run(method, model, batches, length, beam_size, alpha):
     start, tokens = time.perf_counter(), 0
     for x in batches:
         if method == "uncached":
-            out = model.greedy_decode(x, cached=False, **kw)
+            out = decoding.greedy_decode(model, x, cached=False, **kw)
         elif method == "cached":
-            out = model.greedy_decode(x, **kw)
+            out = decoding.greedy_decode(model, x, **kw)
         else:
-            out = model.beam_search(x, beam_size, alpha, **kw)
+            out = decoding.beam_search(model, x, beam_size, alpha, **kw)
         tokens += int((out != data_load.PAD).sum())
     return time.perf_counter() - start, tokens
 

@@ -3,6 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
+import decoding
 import hyperparams
 import model as transformer
 from data_load import BOS, EOS, PAD
@@ -11,7 +12,7 @@ from data_load import BOS, EOS, PAD
 def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
     m, batch = copy_model
     x, _, _ = batch(50)
-    np.testing.assert_array_equal(m.greedy_decode(x, cached=True), m.greedy_decode(x, cached=False))
+    np.testing.assert_array_equal(decoding.greedy_decode(m, x, cached=True), decoding.greedy_decode(m, x, cached=False))
     # untrained models, forced to 12 tokens: every step's cached state matters. Their weights
     # favour no token, <pad> and <s> among them: decoding must never choose those. One model is
     # decoded with each seed's weights in turn, so its compiled decoders serve all three.
@@ -21,12 +22,12 @@ def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
         keras.utils.set_random_seed(seed)
         fresh.set_weights(transformer.make_model(hp, 30).get_weights())
         src = np.random.default_rng(seed).integers(4, 30, (6, 9)).astype(np.int32)
-        a, sa = fresh.greedy_decode(src, max_len=12, min_len=12, cached=True, return_scores=True)
-        b, sb = fresh.greedy_decode(src, max_len=12, min_len=12, cached=False, return_scores=True)
+        a, sa = decoding.greedy_decode(fresh, src, max_len=12, min_len=12, cached=True, return_scores=True)
+        b, sb = decoding.greedy_decode(fresh, src, max_len=12, min_len=12, cached=False, return_scores=True)
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(sa, sb, rtol=1e-4)
         assert a.shape == (6, 12) and not np.isin(a, [PAD, BOS]).any()
-        beam = fresh.beam_search(src, beam_size=3, max_len=12, min_len=12)
+        beam = decoding.beam_search(fresh, src, beam_size=3, max_len=12, min_len=12)
         assert beam.shape == (6, 12) and not np.isin(beam, [PAD, BOS]).any()
 
 
@@ -35,7 +36,7 @@ def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_mod
     log_probs = np.full((1, m.output_size), -9.0, np.float32)
     log_probs[0, [PAD, BOS, EOS, 5]] = [-0.1, -0.2, -0.3, -0.4]
     for allow_eos, want in ((False, 5), (True, EOS)):
-        ids, chosen = m.greedy_choice(ops.convert_to_tensor(log_probs), ops.convert_to_tensor(allow_eos))
+        ids, chosen = decoding.greedy_choice(m, ops.convert_to_tensor(log_probs), ops.convert_to_tensor(allow_eos))
         assert ops.convert_to_numpy(ids).tolist() == [want]
         np.testing.assert_allclose(ops.convert_to_numpy(chosen), log_probs[0, [want]])
 
@@ -43,8 +44,8 @@ def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_mod
 def test_beam_size_one_is_greedy(copy_model):
     m, batch = copy_model
     x, _, _ = batch(50)
-    greedy, g_scores = m.greedy_decode(x, return_scores=True)
-    beam, b_scores = m.beam_search(x, beam_size=1, alpha=0.0, return_scores=True)
+    greedy, g_scores = decoding.greedy_decode(m, x, return_scores=True)
+    beam, b_scores = decoding.beam_search(m, x, beam_size=1, alpha=0.0, return_scores=True)
     width = max(greedy.shape[1], beam.shape[1])
     pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))
     np.testing.assert_array_equal(pad(greedy), pad(beam))
@@ -54,15 +55,15 @@ def test_beam_size_one_is_greedy(copy_model):
 def test_beam_search_score_is_never_below_greedy(copy_model):
     m, batch = copy_model
     x, _, _ = batch(100)
-    _, g_scores = m.greedy_decode(x, return_scores=True)
-    _, b_scores = m.beam_search(x, beam_size=4, alpha=0.0, return_scores=True)
+    _, g_scores = decoding.greedy_decode(m, x, return_scores=True)
+    _, b_scores = decoding.beam_search(m, x, beam_size=4, alpha=0.0, return_scores=True)
     assert (b_scores >= g_scores - 1e-4).all()
 
 
 def test_beam_search_stops_at_eos_and_pads_after(copy_model):
     m, batch = copy_model
     x, _, y = batch(30)
-    out = m.beam_search(x, beam_size=3, alpha=0.6)
+    out = decoding.beam_search(m, x, beam_size=3, alpha=0.6)
     for row in out:
         assert EOS in row
         assert (row[list(row).index(EOS) + 1:] == PAD).all()
@@ -72,7 +73,7 @@ def test_beam_search_stops_at_eos_and_pads_after(copy_model):
 def test_top_k_by_blocks_equals_top_k_ties_included():
     from keras import ops
 
-    from model import top_k_by_blocks
+    from decoding import top_k_by_blocks
     rng = np.random.default_rng(0)
     for m, k in ((32000, 8), (7999, 8), (1000, 3), (50, 4)):
         x = rng.standard_normal((4, m)).astype("float32")
@@ -128,7 +129,7 @@ def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search():
         order = np.sort(normalized, axis=1)
         assert (order[:, -1] - order[:, -2] > 1e-4).all()  # no near-ties: the best is well defined
         best[alpha] = normalized.argmax(1)
-        ids, got = m.beam_search(source, beam_size=64, alpha=alpha, max_len=3, return_scores=True)
+        ids, got = decoding.beam_search(m, source, beam_size=64, alpha=alpha, max_len=3, return_scores=True)
         ids = np.pad(ids, ((0, 0), (0, 3 - ids.shape[1])))
         np.testing.assert_array_equal(ids, padded[best[alpha]], err_msg=f"alpha {alpha}")
         np.testing.assert_allclose(got, scores[np.arange(6), best[alpha]], rtol=1e-5, atol=1e-5)
@@ -146,7 +147,7 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model):
     for row, length in zip(x, rng.integers(7, 13, len(x))):
         row[:length + 1] = np.append(rng.integers(4, 14, length), EOS)
     for beam_size, alpha in ((2, 0.6), (4, 0.6), (5, 1.0)):
-        ids, scores = m.beam_search(x, beam_size=beam_size, alpha=alpha, return_scores=True)
+        ids, scores = decoding.beam_search(m, x, beam_size=beam_size, alpha=alpha, return_scores=True)
         np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4,
                                    err_msg=f"beam {beam_size}")
         assert (scores < -0.1).sum() >= 5  # some outputs the model is unsure of

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+import decoding
 import devices
 import hyperparams
 import model as transformer
@@ -45,7 +46,7 @@ def test_save_and_load_give_identical_outputs(tmp_path):
     loaded = keras.models.load_model(path)
     np.testing.assert_array_equal(ops.convert_to_numpy(loaded((x, y))), ops.convert_to_numpy(m((x, y))))
     assert int(loaded.optimizer.iterations.numpy()) == 1
-    np.testing.assert_array_equal(loaded.greedy_decode(x, max_len=6), m.greedy_decode(x, max_len=6))
+    np.testing.assert_array_equal(decoding.greedy_decode(loaded, x, max_len=6), decoding.greedy_decode(m, x, max_len=6))
 
 
 OUTPUT_IDS = [0, 1, 2, 3, 5, 6, 9, 11, 12]  # the ids a model of 14 may output in the tests below
@@ -79,9 +80,9 @@ def test_decoding_with_output_ids_returns_ids_and_their_scores():
     part = transformer.make_model(hp, 14, OUTPUT_IDS)
     part.set_weights(full.get_weights())
     src = np.random.default_rng(2).integers(4, 14, (5, 6)).astype(np.int32)
-    ids, scores = part.greedy_decode(src, max_len=8, min_len=8, return_scores=True)  # </s> barred: 8 steps
+    ids, scores = decoding.greedy_decode(part, src, max_len=8, min_len=8, return_scores=True)  # </s> barred: 8 steps
     assert set(np.unique(ids)) <= set(OUTPUT_IDS)
-    uncached, uncached_scores = part.greedy_decode(src, max_len=8, min_len=8, cached=False, return_scores=True)
+    uncached, uncached_scores = decoding.greedy_decode(part, src, max_len=8, min_len=8, cached=False, return_scores=True)
     np.testing.assert_array_equal(ids, uncached)
     np.testing.assert_allclose(scores, uncached_scores, rtol=1e-4)
     # the full model over the decoded prefixes, its logits restricted to OUTPUT_IDS (<pad>, <s>, </s> barred)
@@ -91,10 +92,10 @@ def test_decoding_with_output_ids_returns_ids_and_their_scores():
     log_p[..., [PAD, BOS, EOS]] = -np.inf
     np.testing.assert_array_equal(np.asarray(OUTPUT_IDS)[log_p.argmax(-1)], ids)
     np.testing.assert_allclose(log_p.max(-1).sum(-1), scores, rtol=1e-4)
-    beam, beam_scores = part.beam_search(src, beam_size=1, alpha=0.0, max_len=8, min_len=8, return_scores=True)
+    beam, beam_scores = decoding.beam_search(part, src, beam_size=1, alpha=0.0, max_len=8, min_len=8, return_scores=True)
     np.testing.assert_array_equal(beam, ids)
     np.testing.assert_allclose(beam_scores, scores, rtol=1e-4)
-    beam4 = part.beam_search(src, beam_size=4, max_len=8)
+    beam4 = decoding.beam_search(part, src, beam_size=4, max_len=8)
     assert set(np.unique(beam4)) <= set(OUTPUT_IDS)
 
 
@@ -107,7 +108,7 @@ def test_greedy_decode_stops_at_eos_and_pads_after():
         return ops.convert_to_tensor(script[:, t - 1]), ops.zeros((2,))
 
     m.__dict__["_compiled_fns"] = {"uncached_greedy_step": fake_uncached_greedy_step}  # run as is, not traced
-    out = m.greedy_decode(np.array([[5, EOS], [6, EOS]]), max_len=5, cached=False)
+    out = decoding.greedy_decode(m, np.array([[5, EOS], [6, EOS]]), max_len=5, cached=False)
     assert out.tolist() == [[7, EOS, PAD, PAD], [8, 8, 8, EOS]]  # stops once all are done
 
 
@@ -115,7 +116,7 @@ def test_copy_task_learns_to_exact_match(copy_model):
     """A tiny Transformer learns to copy random sequences (harvardnlp's sanity check)."""
     m, batch = copy_model
     tx, _, ty = batch(200)
-    out = m.greedy_decode(tx, max_len=8)
+    out = decoding.greedy_decode(m, tx, max_len=8)
     hits = sum(list(o[:list(t).index(EOS) + 1]) == list(t[:list(t).index(EOS) + 1]) for o, t in zip(out, ty))
     assert hits / len(ty) >= 0.95, f"copy exact match {hits}/{len(ty)}"
 
@@ -150,7 +151,7 @@ def test_mixed_precision_trains_with_float32_logits_and_loss_scaling(policy):
         assert isinstance(m.optimizer, keras.optimizers.LossScaleOptimizer) == (policy == "mixed_float16")
         losses = [float(m.train_on_batch((x, d), y)) for _ in range(5)]
         assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-        assert m.greedy_decode(x, max_len=6).shape[0] == 2
+        assert decoding.greedy_decode(m, x, max_len=6).shape[0] == 2
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -219,8 +220,8 @@ def test_learned_positions_save_load_and_decode_from_the_right_offsets(tmp_path)
     assert (loaded.positional, loaded.maxlen1, loaded.maxlen2) == ("learned", 12, 12)
     np.testing.assert_array_equal(ops.convert_to_numpy(loaded((x, d))), ops.convert_to_numpy(m((x, d))))
     src = rng.integers(4, 14, (5, 7)).astype(np.int32)
-    cached, cached_scores = loaded.greedy_decode(src, max_len=10, min_len=10, return_scores=True)
-    uncached, uncached_scores = loaded.greedy_decode(src, max_len=10, min_len=10, cached=False, return_scores=True)
+    cached, cached_scores = decoding.greedy_decode(loaded, src, max_len=10, min_len=10, return_scores=True)
+    uncached, uncached_scores = decoding.greedy_decode(loaded, src, max_len=10, min_len=10, cached=False, return_scores=True)
     np.testing.assert_array_equal(cached, uncached)
     np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-4)
     assert sum(len(set(row)) > 1 for row in cached) >= 3  # the choice changes along most outputs
