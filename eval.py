@@ -15,7 +15,6 @@ import os
 import checkpoints
 import data_load
 import hyperparams
-from decoding import translate_lines
 from scoring import bleu_scores, format_scores, write_results
 from utils import UserError, run_cli, section
 
@@ -71,6 +70,7 @@ def main(argv=None):
     print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
 
     section(f"Translate the {args.split} split")
+    from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
     if args.beam_size < 1:

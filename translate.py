@@ -11,7 +11,6 @@ A sentence longer than the model was trained on (maxlen1 tokens) is split at sen
 import sys
 
 import hyperparams
-from decoding import translate_lines
 from eval import add_decoding_arguments, load_trained
 from prepro import clean
 from utils import UserError, atomic_write, run_cli
@@ -52,6 +51,7 @@ def main(argv=None):
         raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
     lines = read_input(args.input)  # bad input fails before the model is loaded
     model, sp, _ = load_trained(hp, args.ckpt, args.preset)
+    from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
     translations = translate_lines(model, sp, lines, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
                                    args.alpha, source=args.input or "<stdin>")
     text = "".join(t + "\n" for t in translations)

@@ -264,7 +264,7 @@ def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start)
                          capture_output=True, timeout=300)
     run.stderr = run.stderr.decode("utf-8")
     assert_one_line_error(run, r"<stdin>:2: bytes that are not UTF-8")
-    assert run.stdout == b""
+    assert run.stdout == b"" and len(run.stderr.strip().splitlines()) == 1  # before Keras loads: nothing else
 
 
 def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
@@ -273,6 +273,7 @@ def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
     (logdir / "hparams.json").write_text('{\n  "d_model": 64,\n  "d_ff"\n}\n', encoding="utf-8")
     run = run_script("eval.py", "--logdir", str(logdir))
     assert_one_line_error(run, rf"{re.escape(str(logdir / 'hparams.json'))}: not valid JSON \(.*line 4 column 1\b")
+    assert len(run.stderr.strip().splitlines()) == 1
 
 
 def test_a_broken_tf_config_is_a_one_line_error(tmp_path):
