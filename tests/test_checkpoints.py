@@ -1,0 +1,61 @@
+"""Finding, choosing and pruning checkpoints by name and training state (no model needed: the files
+are zips holding only the state). Saving, restoring and averaging real checkpoints are tested by
+test_train.py (bit-for-bit resume) and test_train_eval.py (--average_last)."""
+import json
+import os
+import zipfile
+
+import checkpoints
+
+
+def fake_checkpoint(path, state=None):
+    """A zip under a checkpoint's name, holding the training state only (or nothing)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", "{}")
+        if state is not None:
+            z.writestr(checkpoints.STATE_FILE, json.dumps(state))
+    return str(path)
+
+
+def test_listing_orders_by_number_and_ignores_other_files(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    for name in ("E10L2.00B30.00.keras", "E9L2.10B29.00.keras", "E02LnanB0.00.keras", "notes.txt",
+                 ".tmp-123-E11L1.90B31.00.keras"):
+        fake_checkpoint(ckpt / name)
+    for name in ("S00000100.keras", "S00000020.keras", "S7.keras.bak"):
+        fake_checkpoint(ckpt / "steps" / name)
+    assert [(e, os.path.basename(p)) for e, p in checkpoints.epoch_checkpoints(str(tmp_path))] == [
+        (2, "E02LnanB0.00.keras"), (9, "E9L2.10B29.00.keras"), (10, "E10L2.00B30.00.keras")]
+    assert [os.path.basename(p) for p in checkpoints.step_checkpoints(str(tmp_path))] == [
+        "S00000020.keras", "S00000100.keras"]
+    assert checkpoints.epoch_checkpoints(str(tmp_path / "none")) == []
+
+
+def test_newest_is_the_latest_position_in_training_and_skips_unreadable_files(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    fake_checkpoint(ckpt / "E01L4.00B1.00.keras", {"epoch": 1, "batch": 0})
+    fake_checkpoint(ckpt / "E02L3.00B2.00.keras")  # written before states existed: epoch 2 done
+    step = fake_checkpoint(ckpt / "steps" / "S00000050.keras", {"epoch": 2, "batch": 6})  # epoch 3, batch 6
+    older = fake_checkpoint(ckpt / "steps" / "S00000045.keras", {"epoch": 2, "batch": 1})
+    fake_checkpoint(ckpt / "steps" / "S00000040.keras", {"epoch": 1, "batch": 20})  # not yet pruned: epoch 2, batch 20
+    assert checkpoints.newest(str(tmp_path)) == (step, {"epoch": 2, "batch": 6})
+    with open(step, "wb") as f:
+        f.write(b"not a zip")
+    assert checkpoints.newest(str(tmp_path)) == (older, {"epoch": 2, "batch": 1})
+    assert f"note: {step}: not a readable checkpoint" in capsys.readouterr().err
+    assert checkpoints.newest(str(tmp_path / "none")) is None
+
+
+def test_prune_keeps_the_newest(tmp_path):
+    for epoch in range(1, 8):
+        fake_checkpoint(tmp_path / "ckpt" / f"E{epoch:02d}L1.00B1.00.keras")
+    for step in (10, 20, 30):
+        fake_checkpoint(tmp_path / "ckpt" / "steps" / f"S{step:08d}.keras")
+    checkpoints.prune(str(tmp_path), 3)
+    assert [e for e, _ in checkpoints.epoch_checkpoints(str(tmp_path))] == [5, 6, 7]
+    checkpoints.prune_steps(str(tmp_path), 2)
+    assert [os.path.basename(p) for p in checkpoints.step_checkpoints(str(tmp_path))] == [
+        "S00000020.keras", "S00000030.keras"]
+    checkpoints.prune_steps(str(tmp_path))
+    assert checkpoints.step_checkpoints(str(tmp_path)) == []
