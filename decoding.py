@@ -29,6 +29,11 @@ from utils import UserError
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 
+def default_max_len(model, source_length):
+    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10."""
+    max_len = int(1.5 * source_length) + 10
+    return min(max_len, model.maxlen2) if model.positional == "learned" else max_len
+
 
 def bar_tokens(log_probs, allow_eos):
     """log_probs (N, V) with <pad> and <s> set to -inf, and </s> too unless allow_eos (a boolean
@@ -40,45 +45,27 @@ def bar_tokens(log_probs, allow_eos):
     return ops.where(barred, -np.inf, log_probs)  # (N, V)
 
 
-def top_k_by_blocks(x, k, block=128):
-    """`ops.top_k(x, k)` over the last axis of x (N, M) for M >> k, without sorting all of M.
-
-    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
-    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
-    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
-    top_k over their k * block values. Same values and indices as ops.top_k.
-
-    Returns:
-      values (N, k), column indices (N, k) int32.
-    """
-    n, m = ops.shape(x)[0], int(x.shape[-1])
-    blocks = -(-m // block)
-    if blocks <= k:
-        values, indices = ops.top_k(x, k)
-        return values, ops.cast(indices, "int32")
-    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
-        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
-    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
-    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
-    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
-    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
-    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
-    where = ops.cast(where, "int32")
-    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
+def greedy_choice(model, log_probs, allow_eos):
+    """The most likely next token (N,) and its log-probability (N,); never <pad> or <s>, and
+    never </s> unless allowed.
+    log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
+    log_probs = bar_tokens(log_probs, allow_eos)  # (N, V')
+    best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
+    return model.to_ids(best), ops.take_along_axis(log_probs, ops.expand_dims(best, 1), axis=1)[:, 0]
 
 
-def trim(ids, scores, return_scores):
-    """Drop the all-<pad> columns at the end of decoded ids (N, L)."""
-    used = np.nonzero((ids != PAD).any(axis=0))[0]
-    ids = ids[:, :used[-1] + 1] if len(used) else ids[:, :1]
-    return (ids, scores.astype(np.float64)) if return_scores else ids
+# 1. The reference's way: the whole decoder over the prefix, for every new token
+
+def uncached_greedy_step(model, target_in, memory, source_mask, allow_eos):
+    """The reference's step: the whole decoder over the prefix (N, t), logits for every position,
+    the last one used -> (next ids (N,), their log-probabilities (N,))."""
+    with warnings.catch_warnings():  # the first step attends over one key: a softmax over an axis of size 1
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+        logits = model.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
+    return greedy_choice(model, ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
 
 
-def default_max_len(model, source_length):
-    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10."""
-    max_len = int(1.5 * source_length) + 10
-    return min(max_len, model.maxlen2) if model.positional == "learned" else max_len
-
+# 2. Cached: one new position a step, the earlier keys and values kept
 
 def start_decoding(model, source, max_len, group=1):
     """Encode once; compute every cross-attention's keys/values once; empty self-attention caches.
@@ -116,30 +103,12 @@ def decode_step(model, tokens, step, memory_kv, source_bias, caches, self_bias, 
     return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V')
 
 
-def greedy_choice(model, log_probs, allow_eos):
-    """The most likely next token (N,) and its log-probability (N,); never <pad> or <s>, and
-    never </s> unless allowed.
-    log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
-    log_probs = bar_tokens(log_probs, allow_eos)  # (N, V')
-    best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
-    return model.to_ids(best), ops.take_along_axis(log_probs, ops.expand_dims(best, 1), axis=1)[:, 0]
-
-
 def greedy_step(model, tokens, step, allow_eos, memory_kv, source_bias, caches):
     """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
     seen = ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step)  # (L,) positions <= step
     self_bias = ops.reshape(ops.where(seen, 0.0, NEG_INF), (1, 1, 1, -1))  # (1, 1, 1, L)
     log_probs, caches = decode_step(model, tokens, step, memory_kv, source_bias, caches, self_bias)  # (N, V)
     return (*greedy_choice(model, log_probs, allow_eos), caches)
-
-
-def uncached_greedy_step(model, target_in, memory, source_mask, allow_eos):
-    """The reference's step: the whole decoder over the prefix (N, t), logits for every position,
-    the last one used -> (next ids (N,), their log-probabilities (N,))."""
-    with warnings.catch_warnings():  # the first step attends over one key: a softmax over an axis of size 1
-        warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-        logits = model.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
-    return greedy_choice(model, ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
 
 
 def greedy_loop(model, source, max_len, min_len):
@@ -172,6 +141,35 @@ def greedy_loop(model, source, max_len, min_len):
              ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"), caches)
     _, _, _, ids, scores, _ = ops.while_loop(cond, body, start)
     return ids, scores
+
+
+# 3. Beam search: the K best hypotheses of every sentence, extended together
+
+def top_k_by_blocks(x, k, block=128):
+    """`ops.top_k(x, k)` over the last axis of x (N, M) for M >> k, without sorting all of M.
+
+    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
+    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
+    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
+    top_k over their k * block values. Same values and indices as ops.top_k.
+
+    Returns:
+      values (N, k), column indices (N, k) int32.
+    """
+    n, m = ops.shape(x)[0], int(x.shape[-1])
+    blocks = -(-m // block)
+    if blocks <= k:
+        values, indices = ops.top_k(x, k)
+        return values, ops.cast(indices, "int32")
+    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
+        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
+    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
+    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
+    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
+    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
+    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
+    where = ops.cast(where, "int32")
+    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
 
 
 def beam_loop(model, source, max_len, min_len, beam_size, alpha):
@@ -258,6 +256,8 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     return ids, scores
 
 
+# Compiled, and called on NumPy batches
+
 def compiled(model, name):
     """`greedy_loop`, `beam_loop` or `uncached_greedy_step`, compiled where the backend allows it.
 
@@ -294,6 +294,13 @@ def jax_jit(model, fn, static=()):
 
     jitted = jax.jit(stateless, static_argnums=tuple(i + 1 for i in static))
     return lambda *args: jitted([v.value for v in model.variables], *args)
+
+
+def trim(ids, scores, return_scores):
+    """Drop the all-<pad> columns at the end of decoded ids (N, L)."""
+    used = np.nonzero((ids != PAD).any(axis=0))[0]
+    ids = ids[:, :used[-1] + 1] if len(used) else ids[:, :1]
+    return (ids, scores.astype(np.float64)) if return_scores else ids
 
 
 def greedy_decode(model, source, max_len=None, min_len=0, cached=True, return_scores=False):
@@ -362,6 +369,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, 
 # The functions `compiled` compiles, by name.
 COMPILED = {"greedy_loop": greedy_loop, "beam_loop": beam_loop, "uncached_greedy_step": uncached_greedy_step}
 
+
+# Text: lines in, translations out, in order
 
 def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate"):
     """Translations of source id sequences, in their order: greedy (cached) or beam search.
