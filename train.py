@@ -45,8 +45,7 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
                             unit="step", dynamic_ncols=True)
             self.start, self.tokens = time.time(), 0
 
-        def on_train_batch_end(self, batch, logs=None):
-            devices.sync_variables(self.model)
+        def on_train_batch_end(self, batch, logs=None):  # the guard has synced the variables
             self.tokens += tokens_per_step[batch]
             self.bar.update(1)
             if batch % 10 == 0 or batch == len(tokens_per_step) - 1:
