@@ -124,10 +124,12 @@ def load(path, hp):
     missing, damaged, or of other settings than hp's."""
     import keras
 
+    import fast
     import model as _model  # noqa: F401  (registers the model's classes for deserialization)
 
     if not os.path.isfile(path):
         raise UserError(f"{path}: checkpoint not found")
+    fast.use(hp.kernels)  # before the layers are constructed
     try:
         m = keras.models.load_model(path, compile=False)
     except Exception as e:  # Keras raises many types for a damaged or foreign file

@@ -2,8 +2,9 @@
 
 In the order a reader meets them: the reference's greedy decoding, which re-runs the whole decoder
 over the prefix for every new token (`uncached_greedy_step`); greedy decoding with key/value caches,
-one position per step (`greedy_loop`); batched beam search with the GNMT length penalty
-(`beam_loop`). `greedy_decode` and `beam_search` run them compiled (`compiled`). Then text:
+one position per step (`greedy_loop`); batched beam search with the GNMT length penalty, the
+caches reordered with one gather per step (`beam_loop`; fast.py has a drop-in that keeps them in
+place). `greedy_decode` and `beam_search` run them compiled (`compiled`). Then text:
 sentences batched by length under a token budget (`translate`), and lines longer than the model
 was trained on cut into pieces that are translated one by one and joined (`translate_lines`).
 
@@ -22,10 +23,12 @@ from tqdm import tqdm
 
 import data_load
 from data_load import BOS, EOS, PAD
-from modules import NEG_INF, attention_bias
+from modules import NEG_INF
 from utils import UserError
 
 
+# The drop-ins fast.use has put in place: a compiled loop is kept per name and this set.
+kernels_in_use = frozenset()
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 
@@ -67,48 +70,39 @@ def uncached_greedy_step(model, target_in, memory, source_mask, allow_eos):
 
 # 2. Cached: one new position a step, the earlier keys and values kept
 
-def start_decoding(model, source, max_len, group=1):
+def start_decoding(model, source, max_len, repeat=1):
     """Encode once; compute every cross-attention's keys/values once; empty self-attention caches.
 
     Args:
       source: (N, T1) ids.
       max_len: L, the cache length.
-      group: K, decoding rows per sentence (beam search's hypotheses), adjacent; they share
-        the sentence's encoder output and cross-attention keys/values.
+      repeat: K, decoding rows per sentence (beam search's hypotheses), adjacent.
 
     Returns:
-      (memory_kv, source_bias, caches) for `decode_step`: memory_kv and source_bias have N rows,
-      caches N*K.
+      (cross_caches, source_mask, caches) for `decode_step`, each with N*K rows: per decoder block
+      the encoder output's keys/values (N*K, 2, h, T1, d_k) and an empty self-attention cache
+      (N*K, 2, h, L, d_k); source_mask (N*K, T1).
     """
     memory, source_mask = model.encode(source, training=False)  # (N, T1, d)
-    source_bias = attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
-    memory_kv = [block.cross_attention.memory_heads(memory) for block in model.decoder_blocks]
-    shape = (ops.shape(memory)[0], model.num_heads, max_len * group, model.d_model // model.num_heads)
-    caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
-              for _ in model.decoder_blocks]  # (N, h, L*K, d_k) each
-    return memory_kv, source_bias, caches
+    cross_caches = [ops.repeat(block.cross_attention.keys_values(memory), repeat, axis=0)
+                    for block in model.decoder_blocks]  # (N*K, 2, h, T1, d_k) each
+    shape = (ops.shape(memory)[0] * repeat, 2, model.num_heads, max_len, model.d_model // model.num_heads)
+    caches = [ops.zeros(shape, memory.dtype) for _ in model.decoder_blocks]  # (N*K, 2, h, L, d_k) each
+    return cross_caches, ops.repeat(source_mask, repeat, axis=0), caches
 
 
-def decode_step(model, tokens, step, memory_kv, source_bias, caches, self_bias, group=1):
-    """One decoding step with caches: the previous tokens (N*K,) at position `step` ->
-    log-probabilities of the next token over the logits columns (N*K, V') and the updated caches
-    (K = group; self_bias says which cache entries each row may attend to, see DecoderBlock.call_step)."""
-    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*K, 1, d)
+def decode_step(model, tokens, step, cross_caches, source_mask, caches):
+    """One decoding step with caches: the previous tokens (N,) at position `step` ->
+    log-probabilities of the next token over the logits columns (N, V') and the updated caches."""
+    filled = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0])[3]), step), 0)  # (1, L)
+    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N, 1, d)
     new_caches = []
-    for block, kv, (cache_k, cache_v) in zip(model.decoder_blocks, memory_kv, caches):
-        y, cache_k, cache_v = block.call_step(y, kv, source_bias, cache_k, cache_v, step, self_bias,
-                                              group)  # (N*K, 1, d)
-        new_caches.append((cache_k, cache_v))
-    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N*K, V')
-    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*K, V')
-
-
-def greedy_step(model, tokens, step, allow_eos, memory_kv, source_bias, caches):
-    """Cached greedy step: (next ids (N,), their log-probabilities (N,), caches)."""
-    seen = ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step)  # (L,) positions <= step
-    self_bias = ops.reshape(ops.where(seen, 0.0, NEG_INF), (1, 1, 1, -1))  # (1, 1, 1, L)
-    log_probs, caches = decode_step(model, tokens, step, memory_kv, source_bias, caches, self_bias)  # (N, V)
-    return (*greedy_choice(model, log_probs, allow_eos), caches)
+    for block, cross_cache, cache in zip(model.decoder_blocks, cross_caches, caches):
+        y, cache = block(y, None, filled, source_mask, self_cache=cache, cross_cache=cross_cache,
+                         step=step)  # (N, 1, d)
+        new_caches.append(cache)
+    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N, V')
+    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N, V')
 
 
 def greedy_loop(model, source, max_len, min_len):
@@ -123,15 +117,15 @@ def greedy_loop(model, source, max_len, min_len):
     Returns:
       ids (N, L) with <pad> after </s>, and log-probabilities (N,).
     """
-    memory_kv, source_bias, caches = start_decoding(model, source, max_len)
+    cross_caches, source_mask, caches = start_decoding(model, source, max_len)
     n = ops.shape(source)[0]
 
     def cond(t, tokens, finished, ids, scores, caches):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(finished)))
 
     def body(t, tokens, finished, ids, scores, caches):
-        next_ids, chosen, caches = greedy_step(model, tokens, t, t >= min_len, memory_kv, source_bias,
-                                                    caches)  # (N,), (N,)
+        log_probs, caches = decode_step(model, tokens, t, cross_caches, source_mask, caches)  # (N, V')
+        next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (N,), (N,)
         next_ids = ops.where(finished, PAD, next_ids)  # (N,)
         scores = scores + ops.where(finished, 0.0, chosen)  # (N,)
         ids = ops.slice_update(ids, (0, t), ops.expand_dims(next_ids, 1))  # (N, L)
@@ -145,42 +139,98 @@ def greedy_loop(model, source, max_len, min_len):
 
 # 3. Beam search: the K best hypotheses of every sentence, extended together
 
-def top_k_by_blocks(x, k, block=128):
-    """`ops.top_k(x, k)` over the last axis of x (N, M) for M >> k, without sorting all of M.
+def top_k(x, k):
+    """The k largest values of x (N, M) over the last axis and their column indices (int32)."""
+    values, indices = ops.top_k(x, k)  # (N, k) each
+    return values, ops.cast(indices, "int32")
 
-    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
-    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
-    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
-    top_k over their k * block values. Same values and indices as ops.top_k.
+
+def gather_beams(x, beams):
+    """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
+    for _ in range(len(x.shape) - 2):
+        beams = ops.expand_dims(beams, -1)  # (N, J, 1, ...)
+    return ops.take_along_axis(x, beams, axis=1)
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016, section 7)."""
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def beam_step(model, t, log_probs, min_len, max_len, alpha, state):
+    """Choose among the K x V' extensions of every sentence's open hypotheses (one beam step).
+
+    Of the 2K best candidates, those among the best K that end in </s> compete, by
+    log-probability over the length penalty, for the K finished slots; the best K others stay
+    open. A sentence is done once the best score an open hypothesis could still reach (its
+    log-probability over the penalty at max_len: log-probabilities only fall) cannot beat its best
+    finished one.
+
+    Args:
+      log_probs: (N*K, V') next-token log-probabilities of the open hypotheses.
+      state: dict of alive_seqs (N, K, L), alive_scores (N, K), fin_seqs (N, K, L), fin_norm
+        (N, K) finished scores over the penalty, fin_scores (N, K), done (N,).
 
     Returns:
-      values (N, k), column indices (N, k) int32.
+      (the new state, parents (N, K): the hypothesis each open one extends, tokens (N*K,)).
     """
-    n, m = ops.shape(x)[0], int(x.shape[-1])
-    blocks = -(-m // block)
-    if blocks <= k:
-        values, indices = ops.top_k(x, k)
-        return values, ops.cast(indices, "int32")
-    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
-        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
-    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
-    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
-    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
-    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
-    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
-    where = ops.cast(where, "int32")
-    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
+    n, k = ops.shape(state["alive_scores"])[0], ops.shape(state["alive_scores"])[1]
+    vocab = model.output_size
+    # 1. extend: the 2K best of K x V' candidates per sentence
+    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
+    candidates = ops.reshape(log_probs + ops.expand_dims(state["alive_scores"], -1), (n, k * vocab))
+    top_scores, top = top_k(candidates, 2 * k)  # (N, 2K)
+    top_beams, top_tokens = top // vocab, model.to_ids(top % vocab)  # (N, 2K)
+    top_seqs = ops.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
+                                ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
+    is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
+    # 2. finished: </s> among the best K candidates of a sentence not yet done
+    eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
+    eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(state["done"], 1)))
+    new_norm = ops.where(eligible, top_scores / length_penalty(t + 1, alpha), NEG_INF)  # (N, 2K)
+    fin_norm, keep = ops.top_k(ops.concatenate([state["fin_norm"], new_norm], axis=1), k)  # (N, K)
+    fin_seqs = gather_beams(ops.concatenate([state["fin_seqs"], top_seqs], axis=1), keep)  # (N, K, L)
+    fin_scores = ops.take_along_axis(ops.concatenate([state["fin_scores"], top_scores], axis=1), keep, axis=1)
+    # 3. open: the best K candidates that do not end in </s>
+    open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k)  # (N, K)
+    parents = ops.take_along_axis(top_beams, pick, axis=1)  # (N, K)
+    tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
+    # 4. done: no open hypothesis can beat the best finished one
+    bound = ops.max(open_scores, axis=1) / length_penalty(max_len, alpha)  # (N,)
+    done = ops.logical_or(state["done"], ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
+    state = dict(alive_seqs=gather_beams(top_seqs, pick), fin_seqs=fin_seqs, fin_norm=fin_norm,
+                 fin_scores=fin_scores, done=done,
+                 alive_scores=ops.where(ops.expand_dims(done, 1), NEG_INF, open_scores))
+    return state, parents, tokens
+
+
+def beam_start(n, k, max_len):
+    """The beam state before the first step: K copies of the empty hypothesis, of which one is open
+    (the others at NEG_INF, so the first step does not pick the same extension K times)."""
+    first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), NEG_INF)], axis=1)  # (N, K)
+    return dict(alive_seqs=ops.zeros((n, k, max_len), "int32"), alive_scores=first,
+                fin_seqs=ops.zeros((n, k, max_len), "int32"), fin_norm=ops.full((n, k), NEG_INF),
+                fin_scores=ops.full((n, k), NEG_INF), done=ops.zeros((n,), "bool"))
+
+
+def beam_result(state):
+    """Each sentence's best finished hypothesis, or its best open one if none finished within
+    max_len: ids (N, L) and log-probability (N,)."""
+    has_finished = ops.expand_dims(state["fin_norm"][:, 0] > NEG_INF / 2, 1)  # (N, 1)
+    best_open = ops.expand_dims(ops.cast(ops.argmax(state["alive_scores"], axis=1), "int32"), 1)  # (N, 1)
+    ids = ops.where(has_finished, state["fin_seqs"][:, 0],
+                    gather_beams(state["alive_seqs"], best_open)[:, 0])  # (N, L)
+    scores = ops.where(has_finished[:, 0], state["fin_scores"][:, 0],
+                       ops.take_along_axis(state["alive_scores"], best_open, axis=1)[:, 0])  # (N,)
+    return ids, scores
 
 
 def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     """Batched beam search as one loop in the graph; see `beam_search`.
 
-    Each step extends the K open hypotheses of every sentence by every token and keeps the 2K
-    best candidates. Those among the best K that end in </s> compete, by log-probability over
-    the GNMT penalty, for the K finished slots; the best K others stay open. Caches are never
-    moved: each hypothesis carries the mask of its ancestors' cache entries (`history`). A
-    sentence is done once the best score an open hypothesis could still reach (its
-    log-probability over the penalty at max_len) cannot beat its best finished one.
+    Every sentence's K hypotheses are K rows of the decoder (the encoder output's keys/values
+    repeated K times). After each step the caches are reordered with one gather, so that row j
+    holds the history of the hypothesis now in slot j.
 
     Args:
       source: (N, T1) ids.
@@ -190,70 +240,24 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     Returns:
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
     """
-    k, vocab = beam_size, model.output_size
-    penalty = lambda length: ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
-    memory_kv, source_bias, caches = start_decoding(model, source, max_len, k)
-    n = ops.shape(source)[0]
+    k, n = beam_size, ops.shape(source)[0]
+    cross_caches, source_mask, caches = start_decoding(model, source, max_len, repeat=k)
+    first_row = ops.expand_dims(ops.arange(n, dtype="int32") * k, 1)  # (N, 1) each sentence's row 0
 
-    def gather_beams(x, beams):
-        """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
-        for _ in range(len(x.shape) - 2):
-            beams = ops.expand_dims(beams, -1)  # (N, J, 1, ...)
-        return ops.take_along_axis(x, beams, axis=1)
+    def cond(t, tokens, state, caches):
+        return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
-    slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
-    entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
+    def body(t, tokens, state, caches):
+        log_probs, caches = decode_step(model, tokens, t, cross_caches, source_mask, caches)  # (N*K, V')
+        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, alpha, state)
+        rows = ops.reshape(first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
+        caches = [ops.take(cache, rows, axis=0) for cache in caches]  # (N*K, 2, h, L, d_k) each
+        return t + 1, tokens, state, caches
 
-    def cond(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
-        return ops.logical_and(t < max_len, ops.logical_not(ops.all(done)))
-
-    def body(t, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches):
-        # 1. extend: the 2K best of K x V candidates per sentence. history (N, K, L*K) marks the
-        #    cache entries of each open hypothesis' ancestors; its own entry of step t joins it.
-        history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))
-        self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
-        log_probs, caches = decode_step(model, tokens, t, memory_kv, source_bias, caches, self_bias,
-                                             k)  # (N*K, V')
-        log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
-        candidates = ops.reshape(log_probs + ops.expand_dims(alive_scores, -1), (n, k * vocab))  # (N, K*V')
-        top_scores, top = top_k_by_blocks(candidates, 2 * k)  # (N, 2K)
-        top_beams, top_tokens = top // vocab, model.to_ids(top % vocab)  # (N, 2K)
-        top_seqs = ops.slice_update(gather_beams(alive_seqs, top_beams), (0, 0, t),
-                                    ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
-        is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
-        # 2. finished: </s> among the best K candidates of a sentence not yet done
-        eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
-        eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(done, 1)))
-        new_norm = ops.where(eligible, top_scores / penalty(t + 1), NEG_INF)  # (N, 2K)
-        all_norm = ops.concatenate([fin_norm, new_norm], axis=1)  # (N, 3K)
-        fin_norm, keep = ops.top_k(all_norm, k)  # (N, K)
-        fin_seqs = gather_beams(ops.concatenate([fin_seqs, top_seqs], axis=1), keep)  # (N, K, L)
-        fin_scores = ops.take_along_axis(ops.concatenate([fin_scores, top_scores], axis=1), keep, axis=1)
-        # 3. open: the best K candidates that do not end in </s>
-        open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k)  # (N, K)
-        alive_seqs = gather_beams(top_seqs, pick)  # (N, K, L)
-        history = gather_beams(history, ops.take_along_axis(top_beams, pick, axis=1))  # (N, K, L*K)
-        tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
-        # 4. done: no open hypothesis can beat the best finished one (log-probs only fall; the
-        #    penalty peaks at max_len)
-        bound = ops.max(open_scores, axis=1) / penalty(max_len)  # (N,)
-        done = ops.logical_or(done, ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
-        alive_scores = ops.where(ops.expand_dims(done, 1), NEG_INF, open_scores)  # (N, K)
-        return t + 1, tokens, alive_seqs, alive_scores, history, fin_seqs, fin_norm, fin_scores, done, caches
-
-    first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), NEG_INF)], axis=1)  # K copies start as one
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
-             ops.zeros((n, k, max_len), "int32"), first, ops.zeros((n, k, max_len * k), "bool"),
-             ops.zeros((n, k, max_len), "int32"),
-             ops.full((n, k), NEG_INF), ops.full((n, k), NEG_INF), ops.zeros((n,), "bool"), caches)
-    _, _, alive_seqs, alive_scores, _, fin_seqs, fin_norm, fin_scores, _, _ = ops.while_loop(cond, body, start)
-    # nothing finished within max_len: the best open hypothesis
-    has_finished = ops.expand_dims(fin_norm[:, 0] > NEG_INF / 2, 1)  # (N, 1)
-    best_open = ops.expand_dims(ops.cast(ops.argmax(alive_scores, axis=1), "int32"), 1)  # (N, 1)
-    ids = ops.where(has_finished, fin_seqs[:, 0], gather_beams(alive_seqs, best_open)[:, 0])  # (N, L)
-    scores = ops.where(has_finished[:, 0], fin_scores[:, 0],
-                       ops.take_along_axis(alive_scores, best_open, axis=1)[:, 0])  # (N,)
-    return ids, scores
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"), beam_start(n, k, max_len),
+             caches)
+    _, _, state, _ = ops.while_loop(cond, body, start)
+    return beam_result(state)
 
 
 # Compiled, and called on NumPy batches
@@ -268,16 +272,17 @@ def compiled(model, name):
     in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
     """
     cache = model.__dict__.setdefault("_compiled_fns", {})
-    if name not in cache:
-        fn = functools.partial(COMPILED[name], model)
+    key = (name, kernels_in_use)
+    if key not in cache:
+        fn = functools.partial(globals()[name], model)  # fast.py may have put a drop-in in its place
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
             loop = name.endswith("_loop")
             fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop)
         elif keras.backend.backend() == "jax":
             fn = jax_jit(model, fn, static=JAX_STATIC_ARGS.get(name, ()))
-        cache[name] = fn
-    return cache[name]
+        cache[key] = fn
+    return cache[key]
 
 
 def jax_jit(model, fn, static=()):
@@ -364,10 +369,6 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, 
     ids, scores = compiled(model, "beam_loop")(source, max_len, ops.convert_to_tensor(min_len, "int32"),
                                                 int(beam_size), float(alpha))
     return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)
-
-
-# The functions `compiled` compiles, by name.
-COMPILED = {"greedy_loop": greedy_loop, "beam_loop": beam_loop, "uncached_greedy_step": uncached_greedy_step}
 
 
 # Text: lines in, translations out, in order

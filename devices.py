@@ -32,6 +32,19 @@ def sync_variables(model):
         model.jax_state_sync()
 
 
+def mean_over_replicas(x):
+    """The mean of a scalar over the replicas of a tf.distribute step; x itself on one device and
+    on other backends (JAX's DataParallel computes on the global batch)."""
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()  # None in a cross-replica context
+    if context is None or context.num_replicas_in_sync == 1:
+        return x
+    return context.all_reduce(tf.distribute.ReduceOp.MEAN, keras.ops.stop_gradient(x))
+
+
 def gpus():
     """The GPUs the backend sees."""
     if backend() == "tensorflow":

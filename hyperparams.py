@@ -20,6 +20,7 @@ STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
 POSITIONAL = ("sinusoid", "learned")
 LR_DECAYS = ("rsqrt", "linear")
 OUTPUT_VOCABS = ("target", "all")
+KERNELS = ("auto", "plain", "fast")  # fast.KERNELS
 
 
 @dataclasses.dataclass
@@ -52,6 +53,8 @@ class Hparams:
     precision: str = "auto"  # float32 | mixed_bfloat16 | mixed_float16 | auto (mixed_bfloat16 on a GPU
     # with bfloat16 units and, with TensorFlow, on a CPU with AVX512_BF16/AMX; float32 elsewhere)
     jit_compile: str = "auto"  # XLA for training steps: auto (GPU and JAX: on; TensorFlow on a CPU: off) | on | off
+    kernels: str = "auto"  # plain: modules.py as written | fast: fast.py's drop-ins | auto: those
+    # measured faster, on TensorFlow (docs/speed.md); plain on other backends
     strategy: str = "auto"  # data parallelism: auto | one | mirrored | multi_worker (TensorFlow) | data_parallel (JAX)
     length_multiple: int = 0  # pad training batch lengths to a multiple of this; 0: 1 on TensorFlow
     # without XLA (any shape, least padding), 8 where every shape is compiled (JAX, XLA)
@@ -139,7 +142,8 @@ def validate(hp):
     problems = []
     for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
                           ("precision", PRECISIONS), ("strategy", STRATEGIES),
-                          ("lr_decay", LR_DECAYS), ("output_vocab", OUTPUT_VOCABS)):
+                          ("lr_decay", LR_DECAYS), ("output_vocab", OUTPUT_VOCABS),
+                          ("kernels", KERNELS)):
         if getattr(hp, name) not in choices:
             problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:

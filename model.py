@@ -8,10 +8,11 @@ import numpy as np
 from keras import ops
 
 import devices
+import fast
+import modules
 from data_load import EOS, PAD, UNK
-from modules import (PACKAGE, DecoderBlock, Dropout, EncoderBlock, FusedAdam, GuardedAdam,
-                     LabelSmoothedCrossEntropy, PositionalEncoding, TokenEmbedding, WarmupInverseSqrt,
-                     WarmupLinearDecay)
+from modules import (PACKAGE, DecoderBlock, EncoderBlock, LabelSmoothedCrossEntropy, PositionalEncoding,
+                     TokenEmbedding, WarmupInverseSqrt, WarmupLinearDecay)
 
 # One pair (a word piece, </s>) as source and target: a call on it creates every weight.
 BUILD_IDS = np.array([[4, EOS]], np.int32)
@@ -43,8 +44,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
-        self.source_dropout = Dropout(dropout_rate)
-        self.target_dropout = Dropout(dropout_rate)
+        self.source_dropout = modules.Dropout(dropout_rate)
+        self.target_dropout = modules.Dropout(dropout_rate)
         self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"encoder_{i}")
                                for i in range(num_blocks)]
         self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"decoder_{i}")
@@ -108,8 +109,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
 
 def make_model(hp, vocab_size, output_ids=None):
-    """The Transformer of hp's settings over a vocabulary of vocab_size, built; its logits cover
-    output_ids (data_load.output_ids(hp.output_vocab, training targets)), or every id if None."""
+    """The Transformer of hp's settings over a vocabulary of vocab_size, built with hp.kernels' parts
+    (fast.use); its logits cover output_ids (data_load.output_ids(hp.output_vocab, training
+    targets)), or every id if None."""
+    fast.use(hp.kernels)
     model = Transformer(vocab_size=vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
                         num_blocks=hp.num_blocks, num_heads=hp.num_heads,
                         dropout_rate=hp.dropout_rate, maxlen1=hp.maxlen1, maxlen2=hp.maxlen2,
@@ -128,11 +131,48 @@ def learning_rate(hp, total_steps=None):
     return WarmupLinearDecay(hp.lr, hp.warmup_steps, total_steps)
 
 
+class SkipNonfinite:
+    """Mixin for a Keras optimizer: it leaves out an update whose gradients are not all finite.
+
+    A skipped batch changes no weight, no moment and no learning-rate step; `skipped_steps`
+    counts them. train.py uses it with --skip_nonfinite 1 (a NaN/Inf batch otherwise stops training).
+    """
+
+    def build(self, var_list):
+        super().build(var_list)
+        self.skipped_steps = self.add_variable((), initializer="zeros", dtype="int32", name="skipped_steps")
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            self.build(trainable_variables)
+        finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads if g is not None]))
+
+        def update():
+            super(SkipNonfinite, self).apply(grads, trainable_variables)
+
+        def skip():
+            self.skipped_steps.assign_add(1)
+
+        ops.cond(finite, update, skip)
+
+
+GUARDED = {}
+
+
+def guarded(optimizer_class):
+    """optimizer_class with SkipNonfinite (one class per optimizer class, registered for loading)."""
+    if optimizer_class not in GUARDED:
+        name = "Guarded" + keras.saving.get_registered_name(optimizer_class).split(">")[-1]
+        GUARDED[optimizer_class] = keras.saving.register_keras_serializable(PACKAGE, name)(
+            type(name, (SkipNonfinite, optimizer_class), {}))
+    return GUARDED[optimizer_class]
+
+
 def compile_model(model, hp, total_steps=None):
-    """Adam (beta1 0.9, beta2 0.98, eps 1e-9) with warmup and hp.lr_decay's decay (learning_rate),
-    label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite, updates whose
-    gradients are not finite are left out (GuardedAdam)."""
-    adam = GuardedAdam if hp.skip_nonfinite else FusedAdam
+    """Adam (beta1 0.9, beta2 0.98, eps 1e-9, section 5.3) with warmup and hp.lr_decay's decay
+    (learning_rate), label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite,
+    updates whose gradients are not finite are left out (SkipNonfinite)."""
+    adam = guarded(modules.Adam) if hp.skip_nonfinite else modules.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,

@@ -115,7 +115,7 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
             if np.isfinite(batch_total):
                 self.loss_total += batch_total
                 self.loss_count += batch_count
-            elif not hp.skip_nonfinite:  # with it, GuardedAdam left the batch out: so does the loss
+            elif not hp.skip_nonfinite:  # with it, the optimizer left the batch out: so does the loss
                 self.nonfinite = (step, self.batch, batch_total / batch_count)
                 self.model.stop_training = True
                 return
@@ -175,7 +175,7 @@ def main(argv=None):
     run = devices.setup(hp)  # first: a multi-worker strategy must exist before other TensorFlow work
     print(run.describe())
     if hp.skip_nonfinite and devices.backend() != "tensorflow":
-        raise UserError("--skip_nonfinite 1 (GuardedAdam) works with KERAS_BACKEND=tensorflow only")
+        raise UserError("--skip_nonfinite 1 (model.SkipNonfinite) works with KERAS_BACKEND=tensorflow only")
     check_logdir(hp)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
     # In a multi-worker run every worker reads hp.logdir (shared storage) and only the chief

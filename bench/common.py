@@ -7,7 +7,7 @@ from utils import UserError
 
 DEFAULT_PRESET = "multi30k"
 # Hparams fields the benches take as options: where the data is, and the size to bench the preset at.
-FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "output_vocab")
+FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "output_vocab", "kernels")
 
 
 def parser(doc):

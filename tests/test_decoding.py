@@ -41,7 +41,7 @@ def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_mod
         np.testing.assert_allclose(ops.convert_to_numpy(chosen), log_probs[0, [want]])
 
 
-def test_beam_size_one_is_greedy(copy_model):
+def test_beam_size_one_is_greedy(copy_model, kernels):
     m, batch = copy_model
     x, _, _ = batch(50)
     greedy, g_scores = decoding.greedy_decode(m, x, return_scores=True)
@@ -49,10 +49,10 @@ def test_beam_size_one_is_greedy(copy_model):
     width = max(greedy.shape[1], beam.shape[1])
     pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))
     np.testing.assert_array_equal(pad(greedy), pad(beam))
-    np.testing.assert_allclose(g_scores, b_scores, rtol=1e-5)
+    np.testing.assert_allclose(g_scores, b_scores, rtol=1e-4)
 
 
-def test_beam_search_score_is_never_below_greedy(copy_model):
+def test_beam_search_score_is_never_below_greedy(copy_model, kernels):
     m, batch = copy_model
     x, _, _ = batch(100)
     _, g_scores = decoding.greedy_decode(m, x, return_scores=True)
@@ -68,21 +68,6 @@ def test_beam_search_stops_at_eos_and_pads_after(copy_model):
         assert EOS in row
         assert (row[list(row).index(EOS) + 1:] == PAD).all()
     assert out.shape[1] <= 8 + 1  # it stopped long before max_len (1.5 * 8 + 10)
-
-
-def test_top_k_by_blocks_equals_top_k_ties_included():
-    from keras import ops
-
-    from decoding import top_k_by_blocks
-    rng = np.random.default_rng(0)
-    for m, k in ((32000, 8), (7999, 8), (1000, 3), (50, 4)):
-        x = rng.standard_normal((4, m)).astype("float32")
-        x[0] = np.round(x[0])  # many ties: the lower column must come first, as in ops.top_k
-        x[1, :200] = -np.inf
-        got = [ops.convert_to_numpy(a) for a in top_k_by_blocks(ops.convert_to_tensor(x), k)]
-        want = [ops.convert_to_numpy(a) for a in ops.top_k(ops.convert_to_tensor(x), k)]
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
 
 
 def rescore(m, source, ids):
@@ -102,7 +87,7 @@ def gnmt_penalty(length, alpha):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search():
+def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(kernels):
     """A model over 6 ids, of which <unk>, </s>, 4 and 5 can be chosen (<pad> and <s> never), and
     outputs of at most 3 tokens: 1 + 3 + 9 = 13 hypotheses end in </s>. At most 9 prefixes are open
     at a step, 36 candidates: a beam of 64 keeps all of them, so beam search is exhaustive here and
@@ -111,7 +96,7 @@ def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search():
     import itertools
 
     keras.utils.set_random_seed(2)
-    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=2, num_heads=2, dropout_rate=0.0)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=2, num_heads=2, dropout_rate=0.0, kernels=kernels)
     m = transformer.make_model(hp, 6)
     # 5x the embeddings (and so the logits): sharper choices than an untrained model's, so that
     # the length penalty changes the winner
@@ -137,7 +122,7 @@ def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search():
     assert (best[0.0] != best[1.0]).any() and (best[1.0] != best[3.0]).any()
 
 
-def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model):
+def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, kernels):
     """At ordinary beam sizes, on a trained model, each returned log-probability is the model's own
     score of the returned ids (a score of another hypothesis, or a cache read from the wrong
     ancestor, would differ)."""

@@ -107,7 +107,8 @@ def test_greedy_decode_stops_at_eos_and_pads_after():
         t = target_in.shape[1]
         return ops.convert_to_tensor(script[:, t - 1]), ops.zeros((2,))
 
-    m.__dict__["_compiled_fns"] = {"uncached_greedy_step": fake_uncached_greedy_step}  # run as is, not traced
+    key = ("uncached_greedy_step", decoding.kernels_in_use)
+    m.__dict__["_compiled_fns"] = {key: fake_uncached_greedy_step}  # run as is, not traced
     out = decoding.greedy_decode(m, np.array([[5, EOS], [6, EOS]]), max_len=5, cached=False)
     assert out.tolist() == [[7, EOS, PAD, PAD], [8, 8, 8, EOS]]  # stops once all are done
 
@@ -258,3 +259,32 @@ def test_mixed_bfloat16_forward_and_loss_stay_near_float32():
     error, spread = np.abs(mixed - full)[real], full[real].std()
     assert abs(mixed_loss - full_loss) <= 0.01 * full_loss, (mixed_loss, full_loss)
     assert error.mean() <= 0.03 * spread and error.max() <= 0.25 * spread, (error.mean() / spread, error.max() / spread)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="SkipNonfinite is TensorFlow-only: train.py refuses --skip_nonfinite on other backends")
+@pytest.mark.parametrize("adam", ["keras", "fast"])
+def test_skip_nonfinite_leaves_out_nonfinite_batches_exactly(adam):
+    """Training on [b1, bad, b2] with the guard ends where training on [b1, b2] ends."""
+    import fast
+
+    base = fast.Adam if adam == "fast" else keras.optimizers.Adam
+    x = np.random.default_rng(1).standard_normal((3, 8, 4)).astype("float32")
+    y = np.random.default_rng(2).standard_normal((3, 8, 1)).astype("float32")
+    x[1, 0, 0] = np.inf  # a batch whose loss and gradients are not finite
+
+    def run(batches, optimizer):
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        net.compile(optimizer=optimizer, loss="mse")
+        for i in batches:
+            loss = net.train_on_batch(x[i], y[i])
+        return net.get_weights(), optimizer, loss
+
+    guarded, opt, _ = run([0, 1, 2], transformer.guarded(base)(learning_rate=0.1))
+    plain, _, _ = run([0, 2], base(learning_rate=0.1))
+    for a, b in zip(guarded, plain):
+        np.testing.assert_array_equal(a, b)
+    assert int(ops.convert_to_numpy(opt.iterations)) == 2 and int(ops.convert_to_numpy(opt.skipped_steps)) == 1
+    broken, _, loss = run([0, 1], base(learning_rate=0.1))
+    assert not np.isfinite(loss) and not np.isfinite(broken[0]).all()  # what the guard prevents

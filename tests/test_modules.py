@@ -8,17 +8,15 @@ import modules
 N, T1, T2, D, H, F, V = 2, 7, 5, 16, 4, 32, 20
 
 
+@pytest.fixture(autouse=True)
+def plain_kernels():
+    """These tests are of modules.py as written: fast.py's drop-ins have their own (test_fast)."""
+    import fast
+    fast.use("plain")
+
+
 def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
-def test_matmul_transposed_is_a_times_b_transposed():
-    a4, b4 = rand(N, H, T2, D), rand(N, H, T1, D, seed=1)  # attention logits' shapes
-    np.testing.assert_allclose(ops.convert_to_numpy(modules.matmul_transposed(a4, b4)),
-                               a4 @ b4.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
-    a3, w = rand(N, T2, D), rand(V, D, seed=2)  # the output projection's
-    np.testing.assert_allclose(ops.convert_to_numpy(modules.matmul_transposed(a3, w)), a3 @ w.T,
-                               rtol=1e-5, atol=1e-5)
 
 
 def test_layer_output_shapes():
@@ -131,121 +129,6 @@ def test_linear_decay_schedule_reaches_zero_at_total_steps():
     assert modules.WarmupLinearDecay(**s.get_config()).total_steps == 300
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                    reason="GuardedAdam is TensorFlow-only: train.py refuses --skip_nonfinite on other backends")
-def test_guarded_adam_leaves_out_nonfinite_batches_exactly():
-    """Training on [b1, bad, b2] with the guard ends where training on [b1, b2] ends."""
-    x, y = rand(3, 8, 4, seed=1), rand(3, 8, 1, seed=2)
-    x[1, 0, 0] = np.inf  # a batch whose loss and gradients are not finite
-
-    def run(batches, optimizer):
-        keras.utils.set_random_seed(0)
-        net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        net.compile(optimizer=optimizer, loss="mse")
-        for i in batches:
-            loss = net.train_on_batch(x[i], y[i])
-        return net.get_weights(), optimizer, loss
-
-    guarded, opt, _ = run([0, 1, 2], modules.GuardedAdam(learning_rate=0.1))
-    plain, _, _ = run([0, 2], modules.FusedAdam(learning_rate=0.1))
-    for a, b in zip(guarded, plain):
-        np.testing.assert_array_equal(a, b)
-    assert int(ops.convert_to_numpy(opt.iterations)) == 2 and int(ops.convert_to_numpy(opt.skipped_steps)) == 1
-    broken, _, loss = run([0, 1], keras.optimizers.Adam(learning_rate=0.1))
-    assert not np.isfinite(loss) and not np.isfinite(broken[0]).all()  # what the guard prevents
-
-
-def numpy_adam(w, grads, lr, beta_1, beta_2, epsilon):
-    """Adam (Kingma & Ba, with Keras' epsilon placement) on dense gradients, in float64."""
-    m, v, w = np.zeros_like(w, np.float64), np.zeros_like(w, np.float64), w.astype(np.float64)
-    for t, g in enumerate(grads, 1):
-        m += (g - m) * (1 - beta_1)
-        v += (g * g - v) * (1 - beta_2)
-        w -= lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t) * m / (np.sqrt(v) + epsilon)
-    return w
-
-
-def test_fused_adam_is_adam():
-    """FusedAdam follows Adam's rule, as Keras' Adam does, for dense gradients; for an embedding's
-    sparse gradient with a repeated row it applies Adam to the summed gradient."""
-    lr, beta_1, beta_2, epsilon = 0.01, 0.9, 0.98, 1e-9
-    w0, e0 = rand(4, 3, seed=5), rand(6, 3, seed=6)
-    dense = [rand(4, 3, seed=10 + t) for t in range(4)]
-    ids, rows = np.array([1, 4, 1]), [rand(3, 3, seed=20 + t) for t in range(4)]  # row 1 twice
-    summed = [np.zeros((6, 3), "float32") for _ in rows]
-    for z, r in zip(summed, rows):
-        np.add.at(z, ids, r)
-
-    def sparse(r, z):
-        if keras.backend.backend() != "tensorflow":
-            return ops.convert_to_tensor(z)
-        import tensorflow as tf
-        return tf.IndexedSlices(tf.constant(r), tf.constant(ids), tf.constant([6, 3]))
-
-    def run(optimizer):
-        w, e = keras.Variable(w0), keras.Variable(e0)
-        optimizer.build([w, e])
-        for g, r, z in zip(dense, rows, summed):
-            optimizer.apply([ops.convert_to_tensor(g), sparse(r, z)], [w, e])
-        return ops.convert_to_numpy(w), ops.convert_to_numpy(e)
-
-    settings = dict(learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
-    fused_w, fused_e = run(modules.FusedAdam(**settings))
-    keras_w, _ = run(keras.optimizers.Adam(**settings))
-    np.testing.assert_allclose(fused_w, keras_w, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(fused_w, numpy_adam(w0, dense, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(fused_e, numpy_adam(e0, summed, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
-    assert np.abs(fused_e - e0)[[1, 4]].min() > 1e-4  # the rows with gradients moved, the others not
-    np.testing.assert_array_equal(fused_e[[0, 2, 3, 5]], e0[[0, 2, 3, 5]])
-
-
-def test_dropout_rate_scale_and_gradient():
-    """modules.Dropout drops about `rate` of the elements, scales the rest by 1 / (1 - rate),
-    passes the gradient through the same mask, repeats with the seed, and is the identity at
-    inference (odd sizes included, where the 16-bit halves do not pair up)."""
-    for shape in ((64, 50, 32), (33, 7, 5)):
-        x = np.ones(shape, "float32")
-        layer = modules.Dropout(0.15, seed=3)
-        np.testing.assert_array_equal(ops.convert_to_numpy(layer(x, training=False)), x)
-        y = ops.convert_to_numpy(layer(x, training=True))
-        np.testing.assert_allclose(y[y != 0], 1 / 0.85, rtol=1e-6)
-        assert abs((y == 0).mean() - 0.15) < 5 * np.sqrt(0.15 * 0.85 / y.size)  # 5 standard deviations
-        assert (ops.convert_to_numpy(modules.Dropout(0.15, seed=3)(x, training=True)) == y).all()
-        assert not (ops.convert_to_numpy(layer(x, training=True)) == y).all()  # the stream moves on
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-            w = tf.constant(rand(*shape, seed=9))
-            xt = tf.constant(x)
-            with tf.GradientTape() as tape:
-                tape.watch(xt)
-                out = modules.Dropout(0.15, seed=4)(xt, training=True)
-                loss = tf.reduce_sum(out * w)
-            grad = tape.gradient(loss, xt).numpy()
-            np.testing.assert_allclose(grad, np.where(out.numpy() == 0, 0, w.numpy() / 0.85), rtol=1e-6)
-
-
-def test_layer_normalization_equals_keras():
-    """modules.LayerNormalization gives Keras' values and gradients (its own written-out gradient)."""
-    x, w = rand(3, 5, D, seed=11) * 3 + 1, rand(3, 5, D, seed=12)
-    ours, theirs = modules.LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
-    for layer in (ours, theirs):
-        layer.build((None, None, D))
-        layer.gamma.assign(rand(D, seed=13))
-        layer.beta.assign(rand(D, seed=14))
-    np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(theirs(x)), atol=1e-5)
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-        grads = []
-        for layer in (ours, theirs):
-            xt = tf.constant(x)
-            with tf.GradientTape() as tape:
-                tape.watch(xt)
-                loss = tf.reduce_sum(layer(xt) * w)
-            grads.append([g.numpy() for g in tape.gradient(loss, [xt, layer.gamma.value, layer.beta.value])])
-        for a, b in zip(*grads):
-            np.testing.assert_allclose(a, b, atol=1e-5)
-
-
 def test_causality_later_targets_do_not_change_earlier_outputs():
     block = modules.DecoderBlock(D, F, H)
     memory, x = rand(N, T1, D, seed=2), rand(N, T2, D, seed=3)
@@ -285,6 +168,22 @@ def test_decoder_self_attention_ignores_keys_under_the_target_padding_mask():
     full = np.ones((N, T2), bool)  # without the hole they would
     a, b = (ops.convert_to_numpy(block(v, memory, full, source_mask)) for v in (x, changed))
     assert not np.allclose(a[:, 2:], b[:, 2:], atol=1e-3)
+
+
+def test_attention_with_a_cache_equals_attention_over_the_whole_sequence():
+    """Self-attention one position at a time, keys and values written into a cache, gives the
+    causal self-attention of the whole sequence; cross-attention over a cache of the memory's keys
+    and values gives cross-attention over the memory."""
+    block = modules.DecoderBlock(D, F, H)
+    memory, x = rand(N, T1, D, seed=20), rand(N, T2, D, seed=21)
+    source_mask = np.array([[1] * 5 + [0] * 2, [1] * 7], bool)
+    want = ops.convert_to_numpy(block(x, memory, np.ones((N, T2), bool), source_mask))  # (N, T2, d)
+    cache = ops.zeros((N, 2, H, T2, D // H))
+    cross = block.cross_attention.keys_values(memory)
+    for t in range(T2):
+        filled = np.arange(T2)[None] <= t  # (1, T2)
+        out, cache = block(x[:, t:t + 1], None, filled, source_mask, self_cache=cache, cross_cache=cross, step=t)
+        np.testing.assert_allclose(ops.convert_to_numpy(out)[:, 0], want[:, t], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("layer, args", [

@@ -1,0 +1,122 @@
+"""What each of fast.py's drop-ins gains, measured side by side in one run: training steps with the
+plain parts, with each training trick alone and with all of them (--kernels fast); beam search with
+each decoding trick. Rounds alternate the configurations, so a slow spell of a shared machine falls
+on all of them; each figure is the median over the rounds, and the spread (max / min - 1 over the
+rounds of the plain configuration) says how large a gain must be to count.
+
+    python bench/kernel_speed.py --preset multi30k --precision float32
+
+The last line is machine-readable:
+kernel_speed noise=<x> <trick>=<speed-up over plain> ... beam_<trick>=<speed-up over plain beam> ...
+"""
+import dataclasses
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import common  # noqa: E402  (bench/common.py)
+
+import data_load  # noqa: E402
+import devices  # noqa: E402
+import hyperparams  # noqa: E402
+from utils import run_cli, section  # noqa: E402
+
+TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
+DECODING = ("top_k", "beam_cache")
+
+
+def alternate(configs, run_once, rounds):
+    """{config: [seconds of each round]}, the configs run in turn in every round."""
+    times = {c: [] for c in configs}
+    for r in range(rounds):
+        for c in configs:
+            times[c].append(run_once(c))
+        print(f"round {r + 1}: " + "  ".join(f"{c} {times[c][-1]:.2f}s" for c in configs), flush=True)
+    return times
+
+
+def summary(times, baseline):
+    """Print each config's median, spread and speed-up over baseline; returns the speed-ups."""
+    base = np.median(times[baseline])
+    gains = {}
+    for c, t in times.items():
+        gains[c] = base / np.median(t)
+        print(f"{c:20s} median {np.median(t):7.2f} s  spread {max(t) / min(t) - 1:6.1%}  "
+              f"speed-up over {baseline} {gains[c]:.2f}x")
+    return gains
+
+
+def main(argv=None):
+    parser = common.parser(__doc__)
+    parser.add_argument("--steps", type=int, default=20, help="training batches timed per configuration and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precision", default="float32", choices=hyperparams.PRECISIONS)
+    parser.add_argument("--sentences", type=int, default=256, help="dev sentences for beam search")
+    parser.add_argument("--beam_size", type=int, default=4)
+    args, hp = common.parse(parser, argv)
+    hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
+    import keras
+
+    import decoding
+    import fast
+    import model as transformer
+
+    run = devices.setup(hp)
+    print(run.describe())
+    vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
+    train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
+                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
+    output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
+    batches = list(train.batches(train.plan(0)[:args.steps]))
+
+    section(f"Train: {args.steps} bucketed batches of {args.preset}, {args.rounds} alternating rounds")
+    configs = ("plain",) + TRAINING + ("fast",)
+    models = {}
+    for c in configs:  # each model is built and traced with its own parts
+        keras.utils.set_random_seed(args.seed)
+        m = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels=c), vocab_size,
+                                                             output_ids), hp, total_steps=10 ** 6)
+        for (x, d), y in {((x.shape, d.shape)): ((x, d), y) for (x, d), y in batches}.values():
+            m.train_on_batch((x, d), y)  # trace every shape
+        models[c] = m
+
+    def train_once(c):
+        fast.use(c)
+        start = time.perf_counter()
+        for (x, d), y in batches:
+            models[c].train_on_batch((x, d), y)
+        return time.perf_counter() - start
+
+    train_times = alternate(configs, train_once, args.rounds)
+    train_gains = summary(train_times, "plain")
+
+    section(f"Beam search {args.beam_size}: {args.sentences} dev sentences, batches of 64, {args.rounds} rounds")
+    src = data_load.load_split(hp.prepro_dir, "dev")[0][:args.sentences]
+    order = np.argsort([len(s) for s in src], kind="stable")
+    sources = [data_load.encoder_inputs([src[i] for i in order[j:j + 64]]) for j in range(0, len(src), 64)]
+    model = models["plain"]
+
+    def decode_once(c):
+        fast.use(c)
+        start = time.perf_counter()
+        for x in sources:
+            decoding.beam_search(model, x, args.beam_size, 0.6, max_len=30, min_len=30)
+        return time.perf_counter() - start
+
+    beam_configs = ("plain",) + DECODING + (",".join(DECODING),)
+    for c in beam_configs:
+        decode_once(c)  # compile
+    beam_times = alternate(beam_configs, decode_once, args.rounds)
+    beam_gains = summary(beam_times, "plain")
+    noise = max(max(t) / min(t) - 1 for t in (train_times["plain"], beam_times["plain"]))
+    line = f"kernel_speed noise={noise:.3f} " + " ".join(f"{c}={g:.2f}" for c, g in train_gains.items() if c != "plain")
+    line += " " + " ".join(f"beam_{c.replace(',', '+')}={g:.2f}" for c, g in beam_gains.items() if c != "plain")
+    print(line)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,357 @@
+"""The engine: drop-ins that make parts of modules.py and decoding.py faster on a backend.
+
+Each has the weights, the saved format and (within rounding) the values and gradients of the plain
+part it replaces; tests/test_fast.py checks each against it. `use(kernels)` puts them in place
+(train.py, eval.py and translate.py: --kernels auto|plain|fast); docs/speed.md gives each one's
+measured gain. Build the model after choosing: layers pick their Dropout and LayerNormalization
+when they are constructed.
+
+  matmul_transposed       attention logits and output logits as one matmul that reads its second
+                          operand transposed (TensorFlow: `transpose_b`), in the forward and
+                          backward passes, instead of copying a transposed tensor each way
+  feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
+  dropout                 one random 32-bit integer per two elements (TensorFlow)
+  layer_norm              layer normalization with its gradient written out (TensorFlow)
+  cross_entropy           the smoothed loss with its gradient written out
+  adam                    Adam's update of each variable as one fused kernel (TensorFlow)
+  top_k                   beam search's top-k over K x V' candidates without sorting them all
+  beam_cache              beam search without reordering caches: each hypothesis attends to its
+                          ancestors' entries, and the encoder output is not repeated K times
+"""
+import keras
+import numpy as np
+from keras import ops
+
+import decoding
+import modules
+from data_load import BOS, PAD
+from modules import NEG_INF
+
+KERNELS = ("auto", "plain", "fast")
+
+
+# Attention and output logits: a @ b^T without a transposed copy
+
+def matmul_transposed(a, b):
+    """a @ b^T over the last two axes: a (..., M, K), b (..., N, K) or (N, K) -> (..., M, N).
+
+    TensorFlow's matmul reads b transposed itself (`transpose_b`), and so do the kernels of its
+    gradient; `matmul(a, transpose(b))` copies b, and its gradient copies back, once each per call.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.matmul(a, ops.swapaxes(b, -1, -2))
+    import tensorflow as tf
+
+    if len(b.shape) == 2 and len(a.shape) > 2:  # rows against one matrix: one 2-D matmul
+        rows = tf.matmul(tf.reshape(a, (-1, a.shape[-1])), b, transpose_b=True)  # (rows, N)
+        return tf.reshape(rows, tf.concat([tf.shape(a)[:-1], tf.shape(b)[:1]], 0))
+    return tf.matmul(a, b, transpose_b=True)
+
+
+def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
+    """modules.scaled_dot_product_attention, its logits by matmul_transposed."""
+    scores = ops.cast(matmul_transposed(q, k), "float32") / np.sqrt(q.shape[-1]).astype("float32")  # (N, h, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias  # (N, h, Tq, Tk)
+    weights = ops.cast(ops.softmax(scores, axis=-1), v.dtype)  # (N, h, Tq, Tk)
+    if dropout is not None:
+        weights = dropout(weights, training=training)  # (N, h, Tq, Tk)
+    return ops.matmul(weights, v)  # (N, h, Tq, d_k)
+
+
+def project(self, x, rows=None):
+    """modules.TokenEmbedding.project, by matmul_transposed."""
+    w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+    return ops.cast(matmul_transposed(x, ops.cast(w, x.dtype)), "float32")  # (N, T, V or V')
+
+
+# Feed-forward: a kernel-size-1 convolution is a matmul with its (1, in, out) kernel
+
+def feed_forward(self, x):
+    """modules.FeedForward.call as two matmuls with the squeezed kernels (not sliced: a slice's
+    gradient is a copy into zeros)."""
+    inner, outer = self.inner, self.outer
+    h = ops.relu(ops.matmul(x, ops.cast(ops.squeeze(inner.kernel, 0), x.dtype))
+                 + ops.cast(inner.bias, x.dtype))  # (N, T, f)
+    return ops.matmul(h, ops.cast(ops.squeeze(outer.kernel, 0), x.dtype)) + ops.cast(outer.bias, x.dtype)  # (N, T, d)
+
+
+# Dropout: cheaper random numbers
+
+class Dropout(keras.layers.Dropout):
+    """keras.layers.Dropout drawing one 32-bit integer per two elements on TensorFlow.
+
+    An element is kept when its 16 bits are >= round(rate * 65536): a rate within 1/131072 of the
+    asked one (0.15 -> 0.149994). Keras draws one uniform float per element (in bfloat16 under
+    mixed precision, the dearer conversion). The gradient is the same mask, written out. Same seed
+    generator, so a resumed run continues the same random stream. Other backends: Keras' dropout.
+    """
+
+    def call(self, inputs, training=False):
+        if not (training and 0 < self.rate < 1) or self.noise_shape is not None \
+                or keras.backend.backend() != "tensorflow":
+            return super().call(inputs, training=training)
+        import tensorflow as tf
+
+        seed = tf.cast(self.seed_generator.next(), tf.int32)
+        count = tf.size(inputs)
+        bits = tf.random.stateless_uniform(((count + 1) // 2,), seed, minval=None, maxval=None, dtype=tf.uint32)
+        halves = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))  # (2 * ceil(count / 2),)
+        if not (inputs.shape[-1] is not None and inputs.shape[-1] % 2 == 0):  # count may be odd
+            halves = halves[:count]
+        keep = tf.reshape(halves, tf.shape(inputs)) >= tf.constant(round(self.rate * 65536), tf.uint16)
+        scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
+
+        def masked(t):
+            return tf.where(keep, t * scale, tf.zeros((), t.dtype))
+
+        @tf.custom_gradient
+        def dropout(x):
+            return masked(x), masked  # the gradient goes through the same mask
+
+        return dropout(inputs)
+
+
+# Layer normalization: the gradient in closed form
+
+class LayerNormalization(keras.layers.LayerNormalization):
+    """keras.layers.LayerNormalization (last axis, in float32 under mixed precision) whose gradient
+    is written out on TensorFlow.
+
+    The automatic gradient runs through the mean, the variance and the rsqrt separately; the
+    closed form dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma,
+    takes fewer passes over the activations. Other backends and settings: Keras' layer.
+    """
+
+    def call(self, inputs):
+        if keras.backend.backend() != "tensorflow" or self.axis not in (-1, [-1], len(inputs.shape) - 1) \
+                or self.rms_scaling or not (self.center and self.scale):
+            return super().call(inputs)
+        import tensorflow as tf
+
+        epsilon = self.epsilon
+
+        @tf.custom_gradient
+        def norm(x, gamma, beta):
+            xf = tf.cast(x, tf.float32)  # (..., d)
+            centred = xf - tf.reduce_mean(xf, -1, keepdims=True)  # (..., d)
+            rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), -1, keepdims=True) + epsilon)  # (..., 1)
+            xhat = centred * rstd  # (..., d)
+
+            def grad(upstream):
+                g = tf.cast(upstream, tf.float32)  # (..., d)
+                outer = tf.range(tf.rank(g) - 1)
+                dxhat = g * gamma  # (..., d)
+                dx = rstd * (dxhat - tf.reduce_mean(dxhat, -1, keepdims=True)
+                             - xhat * tf.reduce_mean(dxhat * xhat, -1, keepdims=True))  # (..., d)
+                return tf.cast(dx, x.dtype), tf.reduce_sum(g * xhat, outer), tf.reduce_sum(g, outer)
+
+            return tf.cast(xhat * gamma + beta, self.compute_dtype), grad
+
+        return norm(inputs, tf.cast(self.gamma.value, tf.float32), tf.cast(self.beta.value, tf.float32))
+
+
+# Loss: the gradient in closed form
+
+def smoothed_cross_entropy(logits, labels, epsilon):
+    """modules.smoothed_cross_entropy with its gradient, softmax(z) - eps / V - (1 - eps) [v = y],
+    written out: the softmax reuses the forward pass's exponentials, and the label term is
+    subtracted at the N * T label positions (a scatter) instead of through a dense (N, T, V) pass.
+
+    Value: lse - (1 - eps) z_y - eps mean_v z_v, with z the logits and lse their log-sum-exp.
+    """
+    vocab_size = ops.shape(logits)[-1]
+
+    @ops.custom_gradient
+    def loss(z):
+        peak = ops.max(z, axis=-1, keepdims=True)  # (N, T, 1)
+        e = ops.exp(z - peak)  # (N, T, V), kept for the gradient
+        total = ops.sum(e, axis=-1)  # (N, T), >= 1
+        lse = ops.log(total) + ops.squeeze(peak, -1)  # (N, T)
+        z_y = ops.squeeze(ops.take_along_axis(z, ops.expand_dims(labels, -1), axis=-1), -1)  # (N, T)
+        value = lse - (1.0 - epsilon) * z_y - epsilon * ops.mean(z, axis=-1)  # (N, T)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream  # (N, T)
+            dense = (e * ops.expand_dims(upstream / total, -1)
+                     - ops.expand_dims(upstream * (epsilon / vocab_size), -1))  # (N, T, V)
+            rows = ops.reshape(dense, (-1, vocab_size))  # (N*T, V)
+            flat_labels = ops.reshape(labels, (-1,))  # (N*T,)
+            at = ops.stack([ops.arange(ops.shape(flat_labels)[0], dtype=flat_labels.dtype), flat_labels], 1)
+            at_label = ops.take_along_axis(rows, ops.expand_dims(flat_labels, -1), axis=-1)[:, 0]  # (N*T,)
+            rows = ops.scatter_update(rows, at, at_label - ops.reshape(upstream, (-1,)) * (1.0 - epsilon))
+            return ops.reshape(rows, ops.shape(dense))  # (N, T, V)
+
+        return value, grad
+
+    return loss(logits)
+
+
+# Adam: one fused update per variable
+
+@keras.saving.register_keras_serializable(package="transformer", name="FusedAdam")
+class Adam(keras.optimizers.Adam):
+    """keras.optimizers.Adam whose update of each TensorFlow variable is one kernel.
+
+    Keras' Adam updates a weight with about a dozen elementwise ops, each a pass over the weight,
+    its moments and temporaries; TensorFlow's `ResourceApplyAdam` applies the same rule
+    (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps))
+    in one pass. Elsewhere (JAX, PyTorch, under a tf.distribute strategy, amsgrad) Keras' Adam.
+    Same variables, so checkpoints are shared.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        if tf.distribute.has_strategy():  # mirrored variables: no single handle to update
+            return super().update_step(gradient, variable, learning_rate)
+        # Keras keeps the moments in private lists; there is no public way to reach a variable's own.
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle, m=m.value.handle, v=v.value.handle,
+            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.convert_to_tensor(tf.cast(gradient, dtype)))  # sparse (embedding) gradients: dense
+
+
+# Beam search: top-k by blocks
+
+def top_k_by_blocks(x, k, block=128):
+    """decoding.top_k over x (N, M) for M >> k, without sorting all of M.
+
+    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
+    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
+    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
+    top_k over their k * block values. Same values and indices as ops.top_k.
+    """
+    n, m = ops.shape(x)[0], int(x.shape[-1])
+    blocks = -(-m // block)
+    if blocks <= k:
+        return _plain_top_k(x, k)
+    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
+        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
+    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
+    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
+    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
+    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
+    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
+    where = ops.cast(where, "int32")
+    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
+
+
+# Beam search: caches kept in place
+
+def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, group):
+    """decoding.decode_step for G hypotheses per sentence (rows adjacent) that share one cache:
+    entry p * G + g holds the key/value written at step p by the row then in slot g. Rows never
+    move; self_bias (N, 1, G, L*G) lets each attend to its ancestors' entries only. The G rows of a
+    sentence attend to its encoder output's keys/values (N, 2, h, T1, d_k) as G query positions.
+
+    Returns:
+      log-probabilities (N*G, V') and the caches (N, 2, h, L*G, d_k) with step's entries written.
+    """
+    d = model.d_model
+    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*G, 1, d)
+    new_caches = []
+    for block, kv, cache in zip(model.decoder_blocks, cross_kv, caches):
+        mha = block.self_attention
+        x = ops.reshape(y, (-1, group, d))  # (N, G, d)
+        q = mha.split_heads(mha.query_dense(x))  # (N, h, G, d_k)
+        cache = ops.slice_update(cache, (0, 0, 0, step * group, 0),
+                                 ops.cast(mha.keys_values(x), cache.dtype))  # (N, 2, h, L*G, d_k)
+        a = mha.output_dense(mha.combine_heads(
+            modules.scaled_dot_product_attention(q, cache[:, 0], cache[:, 1], self_bias)))  # (N, G, d)
+        y = block.self_attention_norm(y, ops.reshape(a, (-1, 1, d)))  # (N*G, 1, d)
+        cross = block.cross_attention
+        q = cross.split_heads(cross.query_dense(ops.reshape(y, (-1, group, d))))  # (N, h, G, d_k)
+        c = cross.output_dense(cross.combine_heads(
+            modules.scaled_dot_product_attention(q, kv[:, 0], kv[:, 1], source_bias)))  # (N, G, d)
+        y = block.cross_attention_norm(y, ops.reshape(c, (-1, 1, d)))  # (N*G, 1, d)
+        y = block.feed_forward_norm(y, block.feed_forward(y))  # (N*G, 1, d)
+        new_caches.append(cache)
+    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N*G, V')
+    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*G, V')
+
+
+def beam_loop(model, source, max_len, min_len, beam_size, alpha):
+    """decoding.beam_loop without moving caches: each hypothesis carries the mask of its
+    ancestors' cache entries (`history`, reordered instead of the caches), and the encoder
+    output's keys/values are kept once per sentence, not K times."""
+    k, n = beam_size, ops.shape(source)[0]
+    memory, source_mask = model.encode(source, training=False)  # (N, T1, d)
+    source_bias = modules.attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
+    cross_kv = [block.cross_attention.keys_values(memory) for block in model.decoder_blocks]
+    shape = (n, 2, model.num_heads, max_len * k, model.d_model // model.num_heads)
+    caches = [ops.zeros(shape, memory.dtype) for _ in model.decoder_blocks]  # (N, 2, h, L*K, d_k) each
+    slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
+    entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
+
+    def cond(t, tokens, state, history, caches):
+        return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
+
+    def body(t, tokens, state, history, caches):
+        history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))  # (N, K, L*K)
+        self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
+        log_probs, caches = grouped_step(model, tokens, t, cross_kv, source_bias, caches, self_bias, k)
+        state, parents, tokens = decoding.beam_step(model, t, log_probs, min_len, max_len, alpha, state)
+        return t + 1, tokens, state, decoding.gather_beams(history, parents), caches
+
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
+             decoding.beam_start(n, k, max_len), ops.zeros((n, k, max_len * k), "bool"), caches)
+    _, _, state, _, _ = ops.while_loop(cond, body, start)
+    return decoding.beam_result(state)
+
+
+# Choosing
+
+TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm", "adam"}
+# trick -> [(owner, attribute, drop-in)]
+DROP_INS = {
+    "matmul_transposed": [(modules, "scaled_dot_product_attention", scaled_dot_product_attention),
+                          (modules.TokenEmbedding, "project", project)],
+    "feed_forward": [(modules.FeedForward, "call", feed_forward)],
+    "dropout": [(modules, "Dropout", Dropout)],
+    "layer_norm": [(modules, "LayerNormalization", LayerNormalization)],
+    "cross_entropy": [(modules, "smoothed_cross_entropy", smoothed_cross_entropy)],
+    "adam": [(modules, "Adam", Adam)],
+    "top_k": [(decoding, "top_k", top_k_by_blocks)],
+    "beam_cache": [(decoding, "beam_loop", beam_loop)],
+}
+PLAIN = {(owner, name): getattr(owner, name) for parts in DROP_INS.values() for owner, name, _ in parts}
+_plain_top_k = PLAIN[(decoding, "top_k")]
+# What --kernels auto puts in place on TensorFlow: the tricks measured faster there (docs/speed.md).
+AUTO = set(DROP_INS)
+
+
+def tricks(kernels):
+    """The tricks --kernels names on this backend: a set of DROP_INS keys. kernels: auto, plain,
+    fast, or a comma-separated list of tricks (the benchmarks measure them one by one)."""
+    tensorflow = keras.backend.backend() == "tensorflow"
+    if kernels == "plain":
+        return set()
+    if kernels == "auto":
+        return set(AUTO) if tensorflow else set()
+    chosen = set(DROP_INS) if kernels == "fast" else {t.strip() for t in kernels.split(",") if t.strip()}
+    unknown = chosen - set(DROP_INS)
+    if unknown:
+        raise ValueError(f"unknown kernels {', '.join(sorted(unknown))}: choose auto, plain, fast or "
+                         f"a list of {', '.join(DROP_INS)}")
+    return chosen if tensorflow else chosen - TENSORFLOW_ONLY
+
+
+def use(kernels="auto"):
+    """Put the chosen drop-ins in place and the plain parts everywhere else; returns the tricks
+    in place. Choose before building a model (layers pick their parts when constructed)."""
+    chosen = tricks(kernels)
+    for trick, parts in DROP_INS.items():
+        for owner, name, drop_in in parts:
+            setattr(owner, name, drop_in if trick in chosen else PLAIN[(owner, name)])
+    decoding.kernels_in_use = frozenset(chosen)
+    return chosen

@@ -1,0 +1,222 @@
+"""fast.py: every drop-in equals the plain part it replaces, in values and gradients."""
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import decoding
+import fast
+import hyperparams
+import model as transformer
+import modules
+from data_load import EOS, PAD
+
+N, T1, T2, D, H, V = 2, 7, 5, 16, 4, 20
+TENSORFLOW = keras.backend.backend() == "tensorflow"
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def test_kernels_name_their_tricks_and_use_restores_the_plain_parts():
+    assert fast.tricks("plain") == set()
+    assert fast.tricks("fast") == (set(fast.DROP_INS) if TENSORFLOW else set(fast.DROP_INS) - fast.TENSORFLOW_ONLY)
+    assert fast.tricks("top_k, beam_cache") == {"top_k", "beam_cache"}
+    with pytest.raises(ValueError, match="unknown kernels flash"):
+        fast.tricks("flash")
+    fast.use("fast")
+    assert decoding.top_k is fast.top_k_by_blocks and modules.FeedForward.call is fast.feed_forward
+    fast.use("plain")
+    assert decoding.top_k is fast.PLAIN[(decoding, "top_k")] and modules.Dropout is keras.layers.Dropout
+    assert modules.FeedForward.call is fast.PLAIN[(modules.FeedForward, "call")]
+
+
+def test_matmul_transposed_is_a_times_b_transposed():
+    a4, b4 = rand(N, H, T2, D), rand(N, H, T1, D, seed=1)  # attention logits' shapes
+    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_transposed(a4, b4)),
+                               a4 @ b4.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
+    a3, w = rand(N, T2, D), rand(V, D, seed=2)  # the output projection's
+    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_transposed(a3, w)), a3 @ w.T,
+                               rtol=1e-5, atol=1e-5)
+
+
+def model_and_gradients(kernels, weights=None):
+    """A small Transformer built with `kernels` (dropout 0, so every kernel is deterministic), its
+    logits on a fixed batch and the gradients of its loss with respect to every weight."""
+    hp = hyperparams.Hparams(d_model=D, d_ff=32, num_blocks=2, num_heads=H, dropout_rate=0.0,
+                             kernels=kernels)
+    m = transformer.compile_model(transformer.make_model(hp, V), hp)
+    if weights is not None:
+        m.set_weights(weights)
+    source = np.array([[5, 6, 7, 8, EOS, PAD, PAD], [9, 10, 11, 12, 13, 14, EOS]], np.int32)
+    target_in = np.array([[2, 5, 6, 7, PAD], [2, 9, 10, 11, 12]], np.int32)
+    labels = np.array([[5, 6, 7, EOS, PAD], [9, 10, 11, 12, EOS]], np.int32)
+    logits = m((source, target_in), training=False)
+    if not TENSORFLOW:
+        return m, ops.convert_to_numpy(logits), None
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        loss = m.loss(labels, m((source, target_in), training=True))
+    grads = tape.gradient(loss, m.trainable_variables)
+    return m, ops.convert_to_numpy(logits), [ops.convert_to_numpy(tf.convert_to_tensor(g)) for g in grads]
+
+
+@pytest.mark.parametrize("kernels", ["matmul_transposed", "feed_forward", "layer_norm", "cross_entropy", "fast"])
+def test_each_drop_in_gives_the_plain_models_values_and_gradients(kernels):
+    """The model with one trick (or all of them), on the plain model's weights: the same logits and
+    the same gradient of the loss for every weight, within float32 rounding."""
+    keras.utils.set_random_seed(0)
+    plain, plain_logits, plain_grads = model_and_gradients("plain")
+    _, logits, grads = model_and_gradients(kernels, plain.get_weights())
+    np.testing.assert_allclose(logits, plain_logits, rtol=1e-5, atol=1e-5)
+    if grads is not None:
+        for g, want, v in zip(grads, plain_grads, plain.trainable_variables):
+            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6, err_msg=v.path)
+        assert max(np.abs(g).max() for g in grads) > 1e-3  # gradients that say something
+
+
+def test_the_fast_loss_equals_the_plain_loss_with_label_columns():
+    logits, labels = rand(N, T2, V, seed=1), np.array([[4, 5, 6, 0, 0], [7, 8, 9, 19, 3]], np.int32)
+    for epsilon in (0.0, 0.1, 0.3):
+        want = ops.convert_to_numpy(modules.smoothed_cross_entropy(logits, labels, epsilon))
+        got = ops.convert_to_numpy(fast.smoothed_cross_entropy(logits, labels, epsilon))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_checkpoint_saved_with_fast_kernels_loads_with_plain_ones(tmp_path):
+    """Same weights, same saved format: saved under fast, loaded under plain, equal outputs."""
+    keras.utils.set_random_seed(1)
+    hp = hyperparams.Hparams(d_model=D, d_ff=32, num_blocks=2, num_heads=H, kernels="fast", output_vocab="all")
+    m = transformer.make_model(hp, V)
+    src = np.array([[5, 6, 7, EOS]], np.int32)
+    want = ops.convert_to_numpy(m((src, src), training=False))
+    path = str(tmp_path / "m.keras")
+    m.save(path)
+    import checkpoints
+    loaded = checkpoints.load(path, dataclasses.replace(hp, kernels="plain"))
+    assert type(loaded.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded((src, src), training=False)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_rate_scale_and_gradient():
+    """fast.Dropout drops about `rate` of the elements, scales the rest by 1 / (1 - rate),
+    passes the gradient through the same mask, repeats with the seed, and is the identity at
+    inference (odd sizes included, where the 16-bit halves do not pair up)."""
+    for shape in ((64, 50, 32), (33, 7, 5)):
+        x = np.ones(shape, "float32")
+        layer = fast.Dropout(0.15, seed=3)
+        np.testing.assert_array_equal(ops.convert_to_numpy(layer(x, training=False)), x)
+        y = ops.convert_to_numpy(layer(x, training=True))
+        np.testing.assert_allclose(y[y != 0], 1 / 0.85, rtol=1e-6)
+        assert abs((y == 0).mean() - 0.15) < 5 * np.sqrt(0.15 * 0.85 / y.size)  # 5 standard deviations
+        assert (ops.convert_to_numpy(fast.Dropout(0.15, seed=3)(x, training=True)) == y).all()
+        assert not (ops.convert_to_numpy(layer(x, training=True)) == y).all()  # the stream moves on
+        if TENSORFLOW:
+            import tensorflow as tf
+            w = tf.constant(rand(*shape, seed=9))
+            xt = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                out = fast.Dropout(0.15, seed=4)(xt, training=True)
+                loss = tf.reduce_sum(out * w)
+            grad = tape.gradient(loss, xt).numpy()
+            np.testing.assert_allclose(grad, np.where(out.numpy() == 0, 0, w.numpy() / 0.85), rtol=1e-6)
+
+
+def test_layer_normalization_equals_keras():
+    """fast.LayerNormalization gives Keras' values and gradients (its own written-out gradient)."""
+    x, w = rand(3, 5, D, seed=11) * 3 + 1, rand(3, 5, D, seed=12)
+    ours, theirs = fast.LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+    for layer in (ours, theirs):
+        layer.build((None, None, D))
+        layer.gamma.assign(rand(D, seed=13))
+        layer.beta.assign(rand(D, seed=14))
+    np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(theirs(x)), atol=1e-5)
+    if TENSORFLOW:
+        import tensorflow as tf
+        grads = []
+        for layer in (ours, theirs):
+            xt = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                loss = tf.reduce_sum(layer(xt) * w)
+            grads.append([g.numpy() for g in tape.gradient(loss, [xt, layer.gamma.value, layer.beta.value])])
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def numpy_adam(w, grads, lr, beta_1, beta_2, epsilon):
+    """Adam (Kingma & Ba, with Keras' epsilon placement) on dense gradients, in float64."""
+    m, v, w = np.zeros_like(w, np.float64), np.zeros_like(w, np.float64), w.astype(np.float64)
+    for t, g in enumerate(grads, 1):
+        m += (g - m) * (1 - beta_1)
+        v += (g * g - v) * (1 - beta_2)
+        w -= lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t) * m / (np.sqrt(v) + epsilon)
+    return w
+
+
+def test_fused_adam_is_adam():
+    """fast.Adam follows Adam's rule, as Keras' Adam does, for dense gradients; for an embedding's
+    sparse gradient with a repeated row it applies Adam to the summed gradient."""
+    lr, beta_1, beta_2, epsilon = 0.01, 0.9, 0.98, 1e-9
+    w0, e0 = rand(4, 3, seed=5), rand(6, 3, seed=6)
+    dense = [rand(4, 3, seed=10 + t) for t in range(4)]
+    ids, rows = np.array([1, 4, 1]), [rand(3, 3, seed=20 + t) for t in range(4)]  # row 1 twice
+    summed = [np.zeros((6, 3), "float32") for _ in rows]
+    for z, r in zip(summed, rows):
+        np.add.at(z, ids, r)
+
+    def sparse(r, z):
+        if not TENSORFLOW:
+            return ops.convert_to_tensor(z)
+        import tensorflow as tf
+        return tf.IndexedSlices(tf.constant(r), tf.constant(ids), tf.constant([6, 3]))
+
+    def run(optimizer):
+        w, e = keras.Variable(w0), keras.Variable(e0)
+        optimizer.build([w, e])
+        for g, r, z in zip(dense, rows, summed):
+            optimizer.apply([ops.convert_to_tensor(g), sparse(r, z)], [w, e])
+        return ops.convert_to_numpy(w), ops.convert_to_numpy(e)
+
+    settings = dict(learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+    fused_w, fused_e = run(fast.Adam(**settings))
+    keras_w, _ = run(keras.optimizers.Adam(**settings))
+    np.testing.assert_allclose(fused_w, keras_w, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_w, numpy_adam(w0, dense, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_e, numpy_adam(e0, summed, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    assert np.abs(fused_e - e0)[[1, 4]].min() > 1e-4  # the rows with gradients moved, the others not
+    np.testing.assert_array_equal(fused_e[[0, 2, 3, 5]], e0[[0, 2, 3, 5]])
+
+
+def test_top_k_by_blocks_equals_top_k_ties_included():
+    rng = np.random.default_rng(0)
+    for m, k in ((32000, 8), (7999, 8), (1000, 3), (50, 4)):
+        x = rng.standard_normal((4, m)).astype("float32")
+        x[0] = np.round(x[0])  # many ties: the lower column must come first, as in ops.top_k
+        x[1, :200] = -np.inf
+        got = [ops.convert_to_numpy(a) for a in fast.top_k_by_blocks(ops.convert_to_tensor(x), k)]
+        want = [ops.convert_to_numpy(a) for a in ops.top_k(ops.convert_to_tensor(x), k)]
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
+    """Beam search keeping caches in place returns the ids and scores of the plain beam search,
+    which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""
+    m, _ = copy_model
+    rng = np.random.default_rng(7)
+    x = np.zeros((30, 16), np.int32)
+    for row, length in zip(x, rng.integers(5, 13, len(x))):
+        row[:length + 1] = np.append(rng.integers(4, 14, length), EOS)
+    for beam_size in (4, 5):
+        results = []
+        for kernels in ("plain", "beam_cache"):
+            fast.use(kernels)
+            results.append(decoding.beam_search(m, x, beam_size=beam_size, alpha=0.6, return_scores=True))
+        (plain_ids, plain_scores), (ids, scores) = results
+        np.testing.assert_array_equal(ids, plain_ids)
+        np.testing.assert_allclose(scores, plain_scores, rtol=1e-4, atol=1e-4)
