@@ -139,12 +139,6 @@ def greedy_loop(model, source, max_len, min_len):
 
 # 3. Beam search: the K best hypotheses of every sentence, extended together
 
-def top_k(x, k):
-    """The k largest values of x (N, M) over the last axis and their column indices (int32)."""
-    values, indices = ops.top_k(x, k)  # (N, k) each
-    return values, ops.cast(indices, "int32")
-
-
 def gather_beams(x, beams):
     """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
     for _ in range(len(x.shape) - 2):
@@ -179,7 +173,8 @@ def beam_step(model, t, log_probs, min_len, max_len, alpha, state):
     # 1. extend: the 2K best of K x V' candidates per sentence
     log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
     candidates = ops.reshape(log_probs + ops.expand_dims(state["alive_scores"], -1), (n, k * vocab))
-    top_scores, top = top_k(candidates, 2 * k)  # (N, 2K)
+    top_scores, top = ops.top_k(candidates, 2 * k)  # (N, 2K)
+    top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * V' + column
     top_beams, top_tokens = top // vocab, model.to_ids(top % vocab)  # (N, 2K)
     top_seqs = ops.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
                                 ops.expand_dims(top_tokens, -1))  # (N, 2K, L)

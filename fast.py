@@ -13,8 +13,6 @@ when they are constructed.
   dropout                 one random 32-bit integer per two elements (TensorFlow)
   layer_norm              layer normalization with its gradient written out (TensorFlow)
   cross_entropy           the smoothed loss with its gradient written out
-  adam                    Adam's update of each variable as one fused kernel (TensorFlow)
-  top_k                   beam search's top-k over K x V' candidates without sorting them all
   beam_cache              beam search without reordering caches: each hypothesis attends to its
                           ancestors' entries, and the encoder output is not repeated K times
 """
@@ -187,65 +185,6 @@ def smoothed_cross_entropy(logits, labels, epsilon):
     return loss(logits)
 
 
-# Adam: one fused update per variable
-
-@keras.saving.register_keras_serializable(package="transformer", name="FusedAdam")
-class Adam(keras.optimizers.Adam):
-    """keras.optimizers.Adam whose update of each TensorFlow variable is one kernel.
-
-    Keras' Adam updates a weight with about a dozen elementwise ops, each a pass over the weight,
-    its moments and temporaries; TensorFlow's `ResourceApplyAdam` applies the same rule
-    (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps))
-    in one pass. Elsewhere (JAX, PyTorch, under a tf.distribute strategy, amsgrad) Keras' Adam.
-    Same variables, so checkpoints are shared.
-    """
-
-    def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
-        import tensorflow as tf
-
-        if tf.distribute.has_strategy():  # mirrored variables: no single handle to update
-            return super().update_step(gradient, variable, learning_rate)
-        # Keras keeps the moments in private lists; there is no public way to reach a variable's own.
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
-        dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=m.value.handle, v=v.value.handle,
-            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.convert_to_tensor(tf.cast(gradient, dtype)))  # sparse (embedding) gradients: dense
-
-
-# Beam search: top-k by blocks
-
-def top_k_by_blocks(x, k, block=128):
-    """decoding.top_k over x (N, M) for M >> k, without sorting all of M.
-
-    The k largest values lie in the k blocks (of `block` columns) with the largest maxima: a
-    block outside them has k blocks whose maxima beat its own. So: block maxima, the k best
-    blocks (in column order, so that ties resolve to the lower column as ops.top_k does), then
-    top_k over their k * block values. Same values and indices as ops.top_k.
-    """
-    n, m = ops.shape(x)[0], int(x.shape[-1])
-    blocks = -(-m // block)
-    if blocks <= k:
-        return _plain_top_k(x, k)
-    if blocks * block > m:  # pad with -inf: never among the k largest of a row of finite values
-        x = ops.concatenate([x, ops.full((n, blocks * block - m), -np.inf, x.dtype)], axis=1)
-    x = ops.reshape(x, (n, blocks, block))  # (N, B, block)
-    _, best = ops.top_k(ops.max(x, axis=-1), k)  # (N, k) blocks
-    best = ops.sort(ops.cast(best, "int32"), axis=-1)  # (N, k) in column order
-    candidates = ops.take_along_axis(x, ops.expand_dims(best, -1), axis=1)  # (N, k, block)
-    values, where = ops.top_k(ops.reshape(candidates, (n, k * block)), k)  # (N, k)
-    where = ops.cast(where, "int32")
-    return values, ops.take_along_axis(best, where // block, axis=1) * block + where % block
-
-
 # Beam search: caches kept in place
 
 def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, group):
@@ -311,7 +250,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
 
 # Choosing
 
-TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm", "adam"}
+TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm"}
 # trick -> [(owner, attribute, drop-in)]
 DROP_INS = {
     "matmul_transposed": [(modules, "scaled_dot_product_attention", scaled_dot_product_attention),
@@ -320,13 +259,12 @@ DROP_INS = {
     "dropout": [(modules, "Dropout", Dropout)],
     "layer_norm": [(modules, "LayerNormalization", LayerNormalization)],
     "cross_entropy": [(modules, "smoothed_cross_entropy", smoothed_cross_entropy)],
-    "adam": [(modules, "Adam", Adam)],
-    "top_k": [(decoding, "top_k", top_k_by_blocks)],
     "beam_cache": [(decoding, "beam_loop", beam_loop)],
 }
 PLAIN = {(owner, name): getattr(owner, name) for parts in DROP_INS.values() for owner, name, _ in parts}
-_plain_top_k = PLAIN[(decoding, "top_k")]
-# What --kernels auto puts in place on TensorFlow: the tricks measured faster there (docs/speed.md).
+# What --kernels auto puts in place on TensorFlow: the tricks measured faster there (docs/speed.md:
+# faster than the plain parts in at least 12 of 15 alternating rounds). Each one that did not was
+# taken out of this file.
 AUTO = set(DROP_INS)
 
 

@@ -164,12 +164,140 @@ def write_scalars(logdir, epoch, values):
     writer.close()
 
 
+@dataclasses.dataclass
+class Dev:
+    """The dev split as training uses it: loss batches, and the sentences translated for BLEU."""
+    loss_batches: list
+    sources: list
+    references: list
+
+
+def load_data(hp, run):
+    """(training batches, vocabulary size, sentencepiece processor, Dev, total steps of a linear
+    decay or None), with what they hold printed."""
+    meta = data_load.load_meta(hp.prepro_dir)
+    sp = data_load.load_vocab(hp.prepro_dir)
+    train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
+                                   hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
+                                   run.length_multiple)
+    print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
+          f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
+          f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
+    # The linear decay ends after the steps of all epochs; each epoch's batches are fixed by the seed.
+    total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
+    if total_steps:
+        print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
+    dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
+    n_bleu = hp.eval_sentences or len(dev_src)
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(dev_src, dev_tgt)]
+    dev = Dev([data_load.training_arrays([dev_src[i] for i in idx], [dev_tgt[i] for i in idx])
+               for idx in data_load.eval_batches(lengths, hp.tokens_per_batch, sort=True)],
+              data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)[:n_bleu],
+              data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)[:n_bleu])
+    print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
+    return train, meta["vocab_size"], sp, dev, total_steps
+
+
+def build_or_resume(hp, run, train, vocab_size, total_steps):
+    """The model, compiled: restored from the newest checkpoint of hp.logdir, or new. Returns
+    (model, first epoch, first batch of it, (loss total, token count) carried into it)."""
+    import keras
+
+    import model as transformer
+
+    found = checkpoints.newest(hp.logdir)
+    if not found:
+        with run.scope:
+            output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
+            model = transformer.compile_model(transformer.make_model(hp, vocab_size, output_ids), hp, total_steps)
+        return model, 0, 0, (0.0, 0.0)
+    path, state = found
+    with run.scope:
+        model = checkpoints.restore(path, state, hp, total_steps)
+    epoch, batch = state["epoch"], state["batch"]
+    step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    where = (f"epoch {epoch} done" if batch == 0 else
+             f"epoch {epoch + 1}, batch {batch} of {len(train.plan(epoch))}")
+    print(f"resuming from {path}: {where}, step {step}")
+    return model, epoch, batch, (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
+
+
+def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
+    """Train on the batches of `epoch` from batch `first` on; stop the run (UserError, or exit on a
+    signal) where the guard says so. Returns (guard, progress callback, the batches' target
+    tokens, seconds in fit)."""
+    plan = train.plan(epoch)
+    rest = plan[first:]
+    tokens = train.target_tokens(rest)
+    guard = guard_callback(out, epoch, first, *carry, signals)
+    progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens, guard)
+    fit_start = time.time()
+    if rest:
+        if devices.backend() == "tensorflow":
+            dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
+        else:  # NumPy batches: no TensorFlow needed
+            dataset = train.batches(rest)
+        model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
+                  callbacks=[guard, progress])
+    fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
+    if guard.nonfinite:
+        step, batch, value = guard.nonfinite
+        last = checkpoints.newest(hp.logdir)
+        raise UserError(f"training loss became {value} at step {step} (epoch {epoch + 1}, batch {batch}); "
+                        f"the last good checkpoint, {last[0] if last else 'none yet'}, is untouched; "
+                        f"lower --lr or raise --warmup_steps, or pass --skip_nonfinite 1 to leave such "
+                        f"batches out")
+    if signals.received and guard.batch < len(plan):
+        print(f"stopped by {signal.Signals(signals.received).name} in epoch {epoch + 1} at batch "
+              f"{guard.batch} of {len(plan)}: saved {guard.saved}; run the same command to resume")
+        sys.exit(128 + signals.received)
+    if not rest:
+        progress.seconds = 0.0
+    return guard, progress, tokens, fit_seconds
+
+
+def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_seconds, started):
+    """After an epoch: dev loss and BLEU, the dev translations, the epoch checkpoint, the history
+    line and TensorBoard scalars, one printed line. Returns the checkpoint's name."""
+    import keras
+
+    train_loss = guard.loss_total / guard.loss_count if guard.loss_count else float("nan")
+    skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
+    start = time.time()
+    dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev.loss_batches]))
+    hypotheses = translate_lines(model, sp, dev.sources, hp.maxlen1, hp.eval_tokens_per_batch, desc="dev BLEU")
+    scores = bleu_scores(hypotheses, dev.references)
+    eval_seconds = time.time() - start
+
+    name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
+    start = time.time()
+    write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev.sources, dev.references, hypotheses,
+                  format_scores(scores, "dev"))
+    checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
+                     checkpoints.training_state(model, epoch + 1, 0, 0.0, 0.0))
+    checkpoints.prune(out.logdir, hp.keep_checkpoints)
+    checkpoints.prune_steps(out.logdir)  # older than the epoch checkpoint
+    save_seconds = time.time() - start
+    lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    seconds = max(progress.seconds, 1e-9)
+    write_scalars(out.logdir, epoch + 1, dict(
+        train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
+        dev_bleu_reference=scores["reference"], lr=lr,
+        step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
+        train_seconds=progress.seconds, fit_seconds=fit_seconds, eval_seconds=eval_seconds,
+        save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
+    print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
+          f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
+          f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
+          f"eval {eval_seconds:.0f}s" + (f", {skipped} non-finite batches left out so far" if skipped else "")
+          + f" -> {name}.keras", flush=True)
+    return name
+
+
 def main(argv=None):
     started = time.time()
     hp, _, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv)
     import keras
-
-    import model as transformer
 
     section("Settings")
     run = devices.setup(hp)  # first: a multi-worker strategy must exist before other TensorFlow work
@@ -185,45 +313,10 @@ def main(argv=None):
     keras.utils.set_random_seed(hp.seed)
 
     section("Load data")
-    meta = data_load.load_meta(hp.prepro_dir)
-    sp = data_load.load_vocab(hp.prepro_dir)
-    train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
-                                   hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
-                                   run.length_multiple)
-    print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
-          f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
-          f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
-    # The linear decay ends after the steps of all epochs; each epoch's batches are fixed by the seed.
-    total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
-    if total_steps:
-        print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
-    dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
-    dev_refs = data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)
-    dev_sources = data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)
-    n_bleu = hp.eval_sentences or len(dev_src)
-    dev_loss_batches = [data_load.training_arrays([dev_src[i] for i in idx], [dev_tgt[i] for i in idx])
-                        for idx in data_load.eval_batches([max(len(s), len(t)) + 1 for s, t in zip(dev_src, dev_tgt)],
-                                                          hp.tokens_per_batch, sort=True)]
-    print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
+    train, vocab_size, sp, dev, total_steps = load_data(hp, run)
 
     section("Build model")
-    found = checkpoints.newest(hp.logdir)
-    start_epoch, start_batch, carry = 0, 0, (0.0, 0.0)
-    if found:
-        path, state = found
-        with run.scope:
-            model = checkpoints.restore(path, state, hp, total_steps)
-        start_epoch, start_batch = state["epoch"], state["batch"]
-        carry = (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
-        step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-        where = (f"epoch {start_epoch} done" if start_batch == 0 else
-                 f"epoch {start_epoch + 1}, batch {start_batch} of {len(train.plan(start_epoch))}")
-        print(f"resuming from {path}: {where}, step {step}")
-    else:
-        with run.scope:
-            output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
-            model = transformer.compile_model(transformer.make_model(hp, meta["vocab_size"], output_ids), hp,
-                                              total_steps)
+    model, start_epoch, start_batch, carry = build_or_resume(hp, run, train, vocab_size, total_steps)
     print(f"{model.count_params():,} parameters; softmax over {model.output_size:,} of {model.vocab_size:,} ids "
           f"(--output_vocab {model.output_vocab})")
     if start_epoch >= hp.num_epochs:
@@ -233,66 +326,10 @@ def main(argv=None):
     section("Train")
     with StopSignals() as signals:
         for epoch in range(start_epoch, hp.num_epochs):
-            plan = train.plan(epoch)
-            first = start_batch if epoch == start_epoch else 0
-            rest = plan[first:]
-            tokens = train.target_tokens(rest)
-            guard = guard_callback(out, epoch, first, *(carry if epoch == start_epoch else (0.0, 0.0)), signals)
-            progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens, guard)
-            fit_start = time.time()
-            if rest:
-                if devices.backend() == "tensorflow":
-                    dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
-                else:  # NumPy batches: no TensorFlow needed
-                    dataset = train.batches(rest)
-                model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
-                          callbacks=[guard, progress])
-            fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
-            if guard.nonfinite:
-                step, batch, value = guard.nonfinite
-                last = checkpoints.newest(hp.logdir)
-                raise UserError(f"training loss became {value} at step {step} (epoch {epoch + 1}, batch {batch}); "
-                                f"the last good checkpoint, {last[0] if last else 'none yet'}, is untouched; "
-                                f"lower --lr or raise --warmup_steps, or pass --skip_nonfinite 1 to leave such "
-                                f"batches out")
-            if signals.received and guard.batch < len(plan):
-                print(f"stopped by {signal.Signals(signals.received).name} in epoch {epoch + 1} at batch "
-                      f"{guard.batch} of {len(plan)}: saved {guard.saved}; run the same command to resume")
-                sys.exit(128 + signals.received)
-            if not rest:
-                progress.seconds = 0.0
-            train_loss = guard.loss_total / guard.loss_count if guard.loss_count else float("nan")
-            skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
-
-            start = time.time()
-            dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev_loss_batches]))
-            hypotheses = translate_lines(model, sp, dev_sources[:n_bleu], hp.maxlen1, hp.eval_tokens_per_batch,
-                                         desc="dev BLEU")
-            scores = bleu_scores(hypotheses, dev_refs[:n_bleu])
-            eval_seconds = time.time() - start
-
-            name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
-            start = time.time()
-            write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev_sources[:n_bleu],
-                          dev_refs[:n_bleu], hypotheses, format_scores(scores, "dev"))
-            checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
-                             checkpoints.training_state(model, epoch + 1, 0, 0.0, 0.0))
-            checkpoints.prune(out.logdir, hp.keep_checkpoints)
-            checkpoints.prune_steps(out.logdir)  # older than the epoch checkpoint
-            save_seconds = time.time() - start
-            lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
-            seconds = max(progress.seconds, 1e-9)
-            write_scalars(out.logdir, epoch + 1, dict(
-                train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
-                dev_bleu_reference=scores["reference"], lr=lr,
-                step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
-                train_seconds=progress.seconds, fit_seconds=fit_seconds, eval_seconds=eval_seconds,
-                save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
-            print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
-                  f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
-                  f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
-                  f"eval {eval_seconds:.0f}s" + (f", {skipped} non-finite batches left out so far" if skipped else "")
-                  + f" -> {name}.keras", flush=True)
+            resumed = epoch == start_epoch
+            done = fit_epoch(model, hp, out, train, epoch, start_batch if resumed else 0,
+                             carry if resumed else (0.0, 0.0), signals)
+            name = end_epoch(model, hp, out, sp, dev, epoch, *done, started)
             if signals.received:
                 print(f"stopped by {signal.Signals(signals.received).name} after epoch {epoch + 1}: saved "
                       f"{name}.keras; run the same command to resume")

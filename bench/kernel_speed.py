@@ -1,13 +1,15 @@
 """What each of fast.py's drop-ins gains, measured side by side in one run: training steps with the
-plain parts, with each training trick alone and with all of them (--kernels fast); beam search with
-each decoding trick. Rounds alternate the configurations, so a slow spell of a shared machine falls
-on all of them; each figure is the median over the rounds, and the spread (max / min - 1 over the
-rounds of the plain configuration) says how large a gain must be to count.
+plain parts, with each training trick alone, with all of them (--kernels fast) and with all but
+one; beam search with and without its trick. Rounds alternate the configurations, so a slow spell of a shared machine falls
+on all of them. A trick's speed-up is plain's time over its own, round by round; fast.AUTO keeps
+the tricks that were faster in every counted round (5 of 5: a coin does that 1 time in 32).
+noise is the spread of the plain configuration's own times over the rounds (max / min - 1).
 
     python bench/kernel_speed.py --preset multi30k --precision float32
 
 The last line is machine-readable:
-kernel_speed noise=<x> <trick>=<speed-up over plain> ... beam_<trick>=<speed-up over plain beam> ...
+kernel_speed noise=<x> <trick>=<median speed-up over plain>/<rounds faster> ...
+last_<trick>=<median speed-up of fast over fast without it>/<rounds faster> ... beam_<trick>=<...>/<...>
 """
 import dataclasses
 import os
@@ -25,35 +27,38 @@ import devices  # noqa: E402
 import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
-TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
-DECODING = ("top_k", "beam_cache")
+TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy")
+DECODING = ("beam_cache",)
 
 
 def alternate(configs, run_once, rounds):
-    """{config: [seconds of each round]}, the configs run in turn in every round."""
+    """{config: [seconds of each round]}, the configs run in turn in every round, after a first
+    round that is not counted (the first timed passes ran slower for every configuration)."""
     times = {c: [] for c in configs}
-    for r in range(rounds):
+    for r in range(rounds + 1):
         for c in configs:
             times[c].append(run_once(c))
-        print(f"round {r + 1}: " + "  ".join(f"{c} {times[c][-1]:.2f}s" for c in configs), flush=True)
-    return times
+        print(f"round {r}{' (warm-up, not counted)' if r == 0 else ''}: "
+              + "  ".join(f"{c} {times[c][-1]:.2f}s" for c in configs), flush=True)
+    return {c: t[1:] for c, t in times.items()}
 
 
 def summary(times, baseline):
-    """Print each config's median, spread and speed-up over baseline; returns the speed-ups."""
-    base = np.median(times[baseline])
+    """Print each config's median time and its speed-up over baseline round by round (the two ran
+    minutes apart in the same round: paired); returns {config: (median speed-up, rounds faster)}."""
     gains = {}
     for c, t in times.items():
-        gains[c] = base / np.median(t)
-        print(f"{c:20s} median {np.median(t):7.2f} s  spread {max(t) / min(t) - 1:6.1%}  "
-              f"speed-up over {baseline} {gains[c]:.2f}x")
+        ratios = [b / x for b, x in zip(times[baseline], t)]
+        gains[c] = (float(np.median(ratios)), sum(r > 1 for r in ratios))
+        print(f"{c:22s} median {np.median(t):7.2f} s  speed-up over {baseline}: median {gains[c][0]:.2f}x, "
+              f"rounds {min(ratios):.2f}-{max(ratios):.2f}x, faster in {gains[c][1]} of {len(ratios)}")
     return gains
 
 
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=20, help="training batches timed per configuration and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="counted rounds, after one warm-up round")
     parser.add_argument("--precision", default="float32", choices=hyperparams.PRECISIONS)
     parser.add_argument("--sentences", type=int, default=256, help="dev sentences for beam search")
     parser.add_argument("--beam_size", type=int, default=4)
@@ -74,7 +79,8 @@ def main(argv=None):
     batches = list(train.batches(train.plan(0)[:args.steps]))
 
     section(f"Train: {args.steps} bucketed batches of {args.preset}, {args.rounds} alternating rounds")
-    configs = ("plain",) + TRAINING + ("fast",)
+    without = tuple(",".join(t for t in TRAINING if t != trick) for trick in TRAINING)  # fast less one
+    configs = ("plain",) + TRAINING + ("fast",) + without
     models = {}
     for c in configs:  # each model is built and traced with its own parts
         keras.utils.set_random_seed(args.seed)
@@ -92,7 +98,10 @@ def main(argv=None):
         return time.perf_counter() - start
 
     train_times = alternate(configs, train_once, args.rounds)
-    train_gains = summary(train_times, "plain")
+    train_gains = summary({c: train_times[c] for c in ("plain",) + TRAINING + ("fast",)}, "plain")
+    print("each trick as the last one added: fast against fast without it")
+    last_gains = summary({"fast": train_times["fast"],
+                          **{f"without_{t}": train_times[w] for t, w in zip(TRAINING, without)}}, "fast")
 
     section(f"Beam search {args.beam_size}: {args.sentences} dev sentences, batches of 64, {args.rounds} rounds")
     src = data_load.load_split(hp.prepro_dir, "dev")[0][:args.sentences]
@@ -107,14 +116,17 @@ def main(argv=None):
             decoding.beam_search(model, x, args.beam_size, 0.6, max_len=30, min_len=30)
         return time.perf_counter() - start
 
-    beam_configs = ("plain",) + DECODING + (",".join(DECODING),)
+    beam_configs = ("plain",) + DECODING
     for c in beam_configs:
         decode_once(c)  # compile
     beam_times = alternate(beam_configs, decode_once, args.rounds)
     beam_gains = summary(beam_times, "plain")
     noise = max(max(t) / min(t) - 1 for t in (train_times["plain"], beam_times["plain"]))
-    line = f"kernel_speed noise={noise:.3f} " + " ".join(f"{c}={g:.2f}" for c, g in train_gains.items() if c != "plain")
-    line += " " + " ".join(f"beam_{c.replace(',', '+')}={g:.2f}" for c, g in beam_gains.items() if c != "plain")
+    line = f"kernel_speed noise={noise:.3f} " + " ".join(
+        f"{c}={g:.2f}/{n}" for c, (g, n) in train_gains.items() if c != "plain")
+    line += " " + " ".join(f"last_{c[len('without_'):]}={1 / g:.2f}/{len(train_times['fast']) - n}"
+                           for c, (g, n) in last_gains.items() if c != "fast")
+    line += " " + " ".join(f"beam_{c}={g:.2f}/{n}" for c, (g, n) in beam_gains.items() if c != "plain")
     print(line)
 
 
