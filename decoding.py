@@ -80,21 +80,22 @@ def start_decoding(model, source, max_len, repeat=1):
 
     Returns:
       (cross_caches, source_mask, caches) for `decode_step`, each with N*K rows: per decoder block
-      the encoder output's keys/values (N*K, 2, h, T1, d_k) and an empty self-attention cache
-      (N*K, 2, h, L, d_k); source_mask (N*K, T1).
+      the encoder output's keys and values, each (N*K, h, T1, d_k), and an empty self-attention
+      cache, keys and values each (N*K, h, L, d_k); source_mask (N*K, T1).
     """
     memory, source_mask = model.encode(source, training=False)  # (N, T1, d)
-    cross_caches = [ops.repeat(block.cross_attention.keys_values(memory), repeat, axis=0)
-                    for block in model.decoder_blocks]  # (N*K, 2, h, T1, d_k) each
-    shape = (ops.shape(memory)[0] * repeat, 2, model.num_heads, max_len, model.d_model // model.num_heads)
-    caches = [ops.zeros(shape, memory.dtype) for _ in model.decoder_blocks]  # (N*K, 2, h, L, d_k) each
+    cross_caches = [tuple(ops.repeat(t, repeat, axis=0) for t in block.cross_attention.keys_values(memory))
+                    for block in model.decoder_blocks]  # (N*K, h, T1, d_k) each
+    shape = (ops.shape(memory)[0] * repeat, model.num_heads, max_len, model.d_model // model.num_heads)
+    caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
+              for _ in model.decoder_blocks]  # (N*K, h, L, d_k) each
     return cross_caches, ops.repeat(source_mask, repeat, axis=0), caches
 
 
 def decode_step(model, tokens, step, cross_caches, source_mask, caches):
     """One decoding step with caches: the previous tokens (N,) at position `step` ->
     log-probabilities of the next token over the logits columns (N, V') and the updated caches."""
-    filled = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0])[3]), step), 0)  # (1, L)
+    filled = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
     y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N, 1, d)
     new_caches = []
     for block, cross_cache, cache in zip(model.decoder_blocks, cross_caches, caches):
@@ -246,7 +247,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
         log_probs, caches = decode_step(model, tokens, t, cross_caches, source_mask, caches)  # (N*K, V')
         state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, alpha, state)
         rows = ops.reshape(first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
-        caches = [ops.take(cache, rows, axis=0) for cache in caches]  # (N*K, 2, h, L, d_k) each
+        caches = [tuple(ops.take(t, rows, axis=0) for t in cache) for cache in caches]  # (N*K, h, L, d_k)
         return t + 1, tokens, state, caches
 
     start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"), beam_start(n, k, max_len),

@@ -191,10 +191,11 @@ def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, 
     """decoding.decode_step for G hypotheses per sentence (rows adjacent) that share one cache:
     entry p * G + g holds the key/value written at step p by the row then in slot g. Rows never
     move; self_bias (N, 1, G, L*G) lets each attend to its ancestors' entries only. The G rows of a
-    sentence attend to its encoder output's keys/values (N, 2, h, T1, d_k) as G query positions.
+    sentence attend to its encoder output's keys and values (N, h, T1, d_k) as G query positions.
 
     Returns:
-      log-probabilities (N*G, V') and the caches (N, 2, h, L*G, d_k) with step's entries written.
+      log-probabilities (N*G, V') and the caches (keys, values: (N, h, L*G, d_k) each) with step's
+      entries written.
     """
     d = model.d_model
     y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*G, 1, d)
@@ -203,15 +204,15 @@ def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, 
         mha = block.self_attention
         x = ops.reshape(y, (-1, group, d))  # (N, G, d)
         q = mha.split_heads(mha.query_dense(x))  # (N, h, G, d_k)
-        cache = ops.slice_update(cache, (0, 0, 0, step * group, 0),
-                                 ops.cast(mha.keys_values(x), cache.dtype))  # (N, 2, h, L*G, d_k)
+        cache = tuple(ops.slice_update(c, (0, 0, step * group, 0), ops.cast(new, c.dtype))
+                      for c, new in zip(cache, mha.keys_values(x)))  # (N, h, L*G, d_k) each
         a = mha.output_dense(mha.combine_heads(
-            modules.scaled_dot_product_attention(q, cache[:, 0], cache[:, 1], self_bias)))  # (N, G, d)
+            modules.scaled_dot_product_attention(q, *cache, self_bias)))  # (N, G, d)
         y = block.self_attention_norm(y, ops.reshape(a, (-1, 1, d)))  # (N*G, 1, d)
         cross = block.cross_attention
         q = cross.split_heads(cross.query_dense(ops.reshape(y, (-1, group, d))))  # (N, h, G, d_k)
         c = cross.output_dense(cross.combine_heads(
-            modules.scaled_dot_product_attention(q, kv[:, 0], kv[:, 1], source_bias)))  # (N, G, d)
+            modules.scaled_dot_product_attention(q, *kv, source_bias)))  # (N, G, d)
         y = block.cross_attention_norm(y, ops.reshape(c, (-1, 1, d)))  # (N*G, 1, d)
         y = block.feed_forward_norm(y, block.feed_forward(y))  # (N*G, 1, d)
         new_caches.append(cache)
@@ -227,8 +228,9 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     memory, source_mask = model.encode(source, training=False)  # (N, T1, d)
     source_bias = modules.attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
     cross_kv = [block.cross_attention.keys_values(memory) for block in model.decoder_blocks]
-    shape = (n, 2, model.num_heads, max_len * k, model.d_model // model.num_heads)
-    caches = [ops.zeros(shape, memory.dtype) for _ in model.decoder_blocks]  # (N, 2, h, L*K, d_k) each
+    shape = (n, model.num_heads, max_len * k, model.d_model // model.num_heads)
+    caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
+              for _ in model.decoder_blocks]  # (N, h, L*K, d_k) each
     slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
     entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
 

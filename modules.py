@@ -220,11 +220,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], self.d_model))  # (N, T, d)
 
     def keys_values(self, memory):
-        """Keys and values of memory (N, Tk, d), split into heads: (N, 2, h, Tk, d_k). For
+        """Keys and values of memory (N, Tk, d), split into heads: a pair of (N, h, Tk, d_k). For
         decoding, a cross-attention cache is this, computed once from the encoder output."""
-        k = self.split_heads(self.key_dense(memory))  # (N, h, Tk, d_k)
-        v = self.split_heads(self.value_dense(memory))  # (N, h, Tk, d_k)
-        return ops.stack([k, v], axis=1)  # (N, 2, h, Tk, d_k)
+        return self.split_heads(self.key_dense(memory)), self.split_heads(self.value_dense(memory))
 
     def call(self, query, memory, key_padding_mask=None, causal=False, cache=None, cache_index=None,
              training=None):
@@ -235,10 +233,11 @@ class MultiHeadAttention(keras.layers.Layer):
           memory: (N, Tk, d): the query itself for self-attention, the encoder output otherwise.
           key_padding_mask: (N or 1, Tk) bool, True at keys that may be attended to.
           causal: mask keys after each query position.
-          cache: for decoding, (N, 2, h, L, d_k) keys and values. With cache_index (self-attention),
-            the query's own keys/values are written at positions cache_index.. and the query
-            attends over the whole cache (key_padding_mask says which entries are filled); without
-            (cross-attention), the cache is `keys_values(memory)` and memory is not read.
+          cache: for decoding, (keys, values), each (N, h, L, d_k). With cache_index
+            (self-attention), the query's own keys/values are written at positions cache_index..
+            and the query attends over the whole cache (key_padding_mask says which entries are
+            filled); without (cross-attention), the cache is `keys_values(memory)`, and memory is
+            not read.
 
         Returns:
           (N, Tq, d), or with a cache ((N, Tq, d), the cache).
@@ -246,13 +245,15 @@ class MultiHeadAttention(keras.layers.Layer):
         # 1. project the queries, keys and values, and split them into heads
         q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
         if cache is None:
-            kv = self.keys_values(memory)  # (N, 2, h, Tk, d_k)
+            k, v = self.keys_values(memory)  # (N, h, Tk, d_k) each
         elif cache_index is not None:
-            new = ops.cast(self.keys_values(query), cache.dtype)  # (N, 2, h, Tq, d_k)
-            kv = cache = ops.slice_update(cache, (0, 0, 0, cache_index, 0), new)  # (N, 2, h, L, d_k)
+            start = (0, 0, cache_index, 0)
+            k_new, v_new = self.keys_values(query)  # (N, h, Tq, d_k) each
+            k = ops.slice_update(cache[0], start, ops.cast(k_new, cache[0].dtype))  # (N, h, L, d_k)
+            v = ops.slice_update(cache[1], start, ops.cast(v_new, cache[1].dtype))  # (N, h, L, d_k)
+            cache = (k, v)
         else:
-            kv = cache  # (N, 2, h, Tk, d_k)
-        k, v = kv[:, 0], kv[:, 1]  # (N, h, Tk, d_k) each
+            k, v = cache  # (N, h, Tk, d_k) each
         # 2. the masks as one additive bias
         bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend in every head, concatenate the heads, project
@@ -389,8 +390,9 @@ class DecoderBlock(keras.layers.Layer):
             the filled cache entries).
           source_mask: (N, T1) bool, True at real source tokens.
           self_cache, cross_cache, step: for decoding position `step` alone (x (N, 1, d)): the
-            self-attention cache (N, 2, h, L, d_k), whose entry `step` this call writes, and the
-            encoder output's keys/values (N, 2, h, T1, d_k) (see MultiHeadAttention.call).
+            self-attention cache (keys, values), each (N, h, L, d_k), whose entry `step` this call
+            writes, and the encoder output's keys/values, each (N, h, T1, d_k) (see
+            MultiHeadAttention.call).
 
         Returns:
           (N, T2, d), or with caches ((N, 1, d), the updated self-attention cache).

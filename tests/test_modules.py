@@ -178,7 +178,7 @@ def test_attention_with_a_cache_equals_attention_over_the_whole_sequence():
     memory, x = rand(N, T1, D, seed=20), rand(N, T2, D, seed=21)
     source_mask = np.array([[1] * 5 + [0] * 2, [1] * 7], bool)
     want = ops.convert_to_numpy(block(x, memory, np.ones((N, T2), bool), source_mask))  # (N, T2, d)
-    cache = ops.zeros((N, 2, H, T2, D // H))
+    cache = (ops.zeros((N, H, T2, D // H)), ops.zeros((N, H, T2, D // H)))
     cross = block.cross_attention.keys_values(memory)
     for t in range(T2):
         filled = np.arange(T2)[None] <= t  # (1, T2)
