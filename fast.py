@@ -22,7 +22,7 @@ from keras import ops
 
 import decoding
 import modules
-from data_load import BOS, PAD
+from data_load import BOS
 from modules import NEG_INF
 
 KERNELS = ("auto", "plain", "fast")

@@ -55,6 +55,43 @@ def summary(times, baseline):
     return gains
 
 
+def traced_model(hp, kernels, vocab_size, output_ids, batches, seed):
+    """The model built with `kernels`, compiled, and trained once on a batch of every shape (traced)."""
+    import keras
+
+    import model as transformer
+
+    keras.utils.set_random_seed(seed)
+    m = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels=kernels), vocab_size,
+                                                         output_ids), hp, total_steps=10 ** 6)
+    for (x, d), y in {(x.shape, d.shape): ((x, d), y) for (x, d), y in batches}.values():
+        m.train_on_batch((x, d), y)
+    return m
+
+
+def time_beam_search(model, hp, args):
+    """{config: [seconds]}: beam search over dev sentences with the plain beam loop and each
+    decoding drop-in, exactly 30 tokens a sentence, in alternating rounds."""
+    import decoding
+    import fast
+
+    src = data_load.load_split(hp.prepro_dir, "dev")[0][:args.sentences]
+    order = np.argsort([len(s) for s in src], kind="stable")
+    sources = [data_load.encoder_inputs([src[i] for i in order[j:j + 64]]) for j in range(0, len(src), 64)]
+
+    def decode_once(c):
+        fast.use(c)
+        start = time.perf_counter()
+        for x in sources:
+            decoding.beam_search(model, x, args.beam_size, 0.6, max_len=30, min_len=30)
+        return time.perf_counter() - start
+
+    configs = ("plain",) + DECODING
+    for c in configs:
+        decode_once(c)  # compile
+    return alternate(configs, decode_once, args.rounds)
+
+
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=20, help="training batches timed per configuration and round")
@@ -62,13 +99,11 @@ def main(argv=None):
     parser.add_argument("--precision", default="float32", choices=hyperparams.PRECISIONS)
     parser.add_argument("--sentences", type=int, default=256, help="dev sentences for beam search")
     parser.add_argument("--beam_size", type=int, default=4)
+    parser.add_argument("--tricks", default=",".join(TRAINING),
+                        help="the training drop-ins to measure alone and as the last one added")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
-    import keras
-
-    import decoding
     import fast
-    import model as transformer
 
     run = devices.setup(hp)
     print(run.describe())
@@ -79,16 +114,10 @@ def main(argv=None):
     batches = list(train.batches(train.plan(0)[:args.steps]))
 
     section(f"Train: {args.steps} bucketed batches of {args.preset}, {args.rounds} alternating rounds")
-    without = tuple(",".join(t for t in TRAINING if t != trick) for trick in TRAINING)  # fast less one
-    configs = ("plain",) + TRAINING + ("fast",) + without
-    models = {}
-    for c in configs:  # each model is built and traced with its own parts
-        keras.utils.set_random_seed(args.seed)
-        m = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels=c), vocab_size,
-                                                             output_ids), hp, total_steps=10 ** 6)
-        for (x, d), y in {((x.shape, d.shape)): ((x, d), y) for (x, d), y in batches}.values():
-            m.train_on_batch((x, d), y)  # trace every shape
-        models[c] = m
+    tricks = tuple(t for t in TRAINING if t in args.tricks.split(","))
+    without = tuple(",".join(t for t in TRAINING if t != trick) for trick in tricks)  # fast less one
+    configs = ("plain",) + tricks + ("fast",) + without
+    models = {c: traced_model(hp, c, vocab_size, output_ids, batches, args.seed) for c in configs}
 
     def train_once(c):
         fast.use(c)
@@ -98,28 +127,13 @@ def main(argv=None):
         return time.perf_counter() - start
 
     train_times = alternate(configs, train_once, args.rounds)
-    train_gains = summary({c: train_times[c] for c in ("plain",) + TRAINING + ("fast",)}, "plain")
+    train_gains = summary({c: train_times[c] for c in ("plain",) + tricks + ("fast",)}, "plain")
     print("each trick as the last one added: fast against fast without it")
     last_gains = summary({"fast": train_times["fast"],
-                          **{f"without_{t}": train_times[w] for t, w in zip(TRAINING, without)}}, "fast")
+                          **{f"without_{t}": train_times[w] for t, w in zip(tricks, without)}}, "fast")
 
     section(f"Beam search {args.beam_size}: {args.sentences} dev sentences, batches of 64, {args.rounds} rounds")
-    src = data_load.load_split(hp.prepro_dir, "dev")[0][:args.sentences]
-    order = np.argsort([len(s) for s in src], kind="stable")
-    sources = [data_load.encoder_inputs([src[i] for i in order[j:j + 64]]) for j in range(0, len(src), 64)]
-    model = models["plain"]
-
-    def decode_once(c):
-        fast.use(c)
-        start = time.perf_counter()
-        for x in sources:
-            decoding.beam_search(model, x, args.beam_size, 0.6, max_len=30, min_len=30)
-        return time.perf_counter() - start
-
-    beam_configs = ("plain",) + DECODING
-    for c in beam_configs:
-        decode_once(c)  # compile
-    beam_times = alternate(beam_configs, decode_once, args.rounds)
+    beam_times = time_beam_search(models["plain"], hp, args)
     beam_gains = summary(beam_times, "plain")
     noise = max(max(t) / min(t) - 1 for t in (train_times["plain"], beam_times["plain"]))
     line = f"kernel_speed noise={noise:.3f} " + " ".join(

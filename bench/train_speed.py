@@ -210,6 +210,42 @@ def measure_ours(hp, vocab_size, output_ids, batches, args):
     return measure(model, batches, hp, vocab_size)
 
 
+def batches_to_measure(hp, run, args, names):
+    """The batches to train on: (runs: [(name, hp, vocabulary size, output ids, batches)], the
+    vocabulary size, the output ids, the reference-shaped batches, the length-sorted ones (None
+    without yardsticks), the IWSLT 2016-shaped epoch plan (None without --iwslt_synthetic))."""
+    section("Data")
+    vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
+    train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
+                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
+    output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
+    runs = [("bucketed", hp, vocab_size, output_ids, list(train.batches(train.plan(0)[:args.steps])))]
+    random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)  # the yardsticks' too
+    if args.reference_shaped:
+        runs.append(("reference-shaped", hp, vocab_size, output_ids, random_batches))
+    print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
+          f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}), softmax over "
+          f"{len(output_ids) if output_ids else vocab_size} ids (--output_vocab {hp.output_vocab}); "
+          f"token budget {hp.tokens_per_batch}")
+    if names:
+        sorted_batches = length_sorted(train.src, train.tgt, args.steps, args.seed)
+        runs.append(("length-sorted", hp, vocab_size, output_ids, sorted_batches))
+    if args.iwslt_synthetic:
+        iwslt_vocab = hp.vocab_size
+        src, tgt = iwslt_like(iwslt_vocab, args.seed)
+        synthetic = data_load.TrainBatches(src, tgt, hp.tokens_per_batch, args.seed, hp.maxlen1, hp.maxlen2,
+                                           run.length_multiple)
+        iwslt_plan = synthetic.plan(0)
+        print(f"IWSLT 2016-shaped: {len(src):,} pairs, mean {np.mean(synthetic.src_lens) - 1:.1f} source / "
+              f"{np.mean(synthetic.tgt_lens) - 1:.1f} target tokens, vocab {iwslt_vocab}: {len(iwslt_plan)} batches "
+              f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes")
+        order = np.random.default_rng(args.seed).permutation(len(iwslt_plan))[:args.steps]
+        runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, data_load.output_ids(hp.output_vocab, synthetic.tgt),
+                     list(synthetic.batches([iwslt_plan[i] for i in order]))))
+    return runs, vocab_size, output_ids, random_batches, (sorted_batches if names else None), \
+        (iwslt_plan if args.iwslt_synthetic else None)
+
+
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
@@ -250,34 +286,7 @@ def main(argv=None):
     peak = peaks[compute]
     print(f"MFU below is against the {compute} figure")
 
-    section("Data")
-    vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
-    train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
-                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
-    output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
-    runs = [("bucketed", hp, vocab_size, output_ids, list(train.batches(train.plan(0)[:args.steps])))]
-    random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)  # the yardsticks' too
-    if args.reference_shaped:
-        runs.append(("reference-shaped", hp, vocab_size, output_ids, random_batches))
-    print(f"{args.preset}: d_model {hp.d_model}, d_ff {hp.d_ff}, {hp.num_blocks}+{hp.num_blocks} blocks, "
-          f"{hp.num_heads} heads, vocab {vocab_size} ({hp.prepro_dir}), softmax over "
-          f"{len(output_ids) if output_ids else vocab_size} ids (--output_vocab {hp.output_vocab}); "
-          f"token budget {hp.tokens_per_batch}")
-    if names:
-        sorted_batches = length_sorted(train.src, train.tgt, args.steps, args.seed)
-        runs.append(("length-sorted", hp, vocab_size, output_ids, sorted_batches))
-    if args.iwslt_synthetic:
-        iwslt_vocab = hp.vocab_size
-        src, tgt = iwslt_like(iwslt_vocab, args.seed)
-        synthetic = data_load.TrainBatches(src, tgt, hp.tokens_per_batch, args.seed, hp.maxlen1, hp.maxlen2,
-                                           run.length_multiple)
-        iwslt_plan = synthetic.plan(0)
-        print(f"IWSLT 2016-shaped: {len(src):,} pairs, mean {np.mean(synthetic.src_lens) - 1:.1f} source / "
-              f"{np.mean(synthetic.tgt_lens) - 1:.1f} target tokens, vocab {iwslt_vocab}: {len(iwslt_plan)} batches "
-              f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes")
-        order = np.random.default_rng(args.seed).permutation(len(iwslt_plan))[:args.steps]
-        runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, data_load.output_ids(hp.output_vocab, synthetic.tgt),
-                     list(synthetic.batches([iwslt_plan[i] for i in order]))))
+    runs, vocab_size, output_ids, random_batches, sorted_batches, iwslt_plan = batches_to_measure(hp, run, args, names)
 
     results = {}
     for name, run_hp, vocab, ids, batches in runs:

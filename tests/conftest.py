@@ -96,3 +96,14 @@ def copy_model():
     x, d, y = batch(64 * 250)
     m.fit((x, d), y, batch_size=64, epochs=2, verbose=0, shuffle=False)
     return m, batch
+
+
+@pytest.fixture(scope="session")
+def quick_start(tmp_path_factory):
+    """The README's quick start, with its outputs in a temporary folder."""
+    tmp = tmp_path_factory.mktemp("quick_start")
+    dirs = ["--prepro_dir", str(tmp / "prepro"), "--logdir", str(tmp / "log")]
+    runs = [run_script("prepro.py", "--preset", "sample", *dirs),
+            run_script("train.py", "--preset", "sample", *dirs),
+            run_script("eval.py", "--preset", "sample", *dirs)]
+    return tmp, dirs, runs

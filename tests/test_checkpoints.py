@@ -1,6 +1,6 @@
 """Finding, choosing and pruning checkpoints by name and training state (no model needed: the files
 are zips holding only the state). Saving, restoring and averaging real checkpoints are tested by
-test_train.py (bit-for-bit resume) and test_train_eval.py (--average_last)."""
+test_train.py (bit-for-bit resume) and test_eval.py (--average_last)."""
 import json
 import os
 import zipfile

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_one_line_error, run_script
 
 # 24 steps per epoch on corpora/sample (lengths padded exactly), a mid-epoch checkpoint every 5
 SETTINGS = ["--num_epochs", "3", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
@@ -135,3 +135,49 @@ def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline,
                      rf"{re.escape(last)}, is untouched", error), error
     assert hashlib.sha256(open(last, "rb").read()).hexdigest() == digest
     assert sorted(os.listdir(logdir / "ckpt")) == before
+
+
+# The quick start's run (conftest.quick_start): end to end, resuming, and a broken TF_CONFIG
+
+def test_quick_start_end_to_end(quick_start):
+    tmp, _, (prepro, train, evaluation) = quick_start
+    for run in (prepro, train, evaluation):
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "split train: 500 pairs" in prepro.stdout
+    history = [json.loads(line) for line in open(tmp / "log" / "history.jsonl")]
+    assert [h["epoch"] for h in history] == list(range(1, 31))
+    assert history[-1]["train_loss"] < history[0]["train_loss"] - 2
+    assert history[-1]["dev_bleu"] > 20  # the sample is learnable: a broken model stays near 0
+    ckpts = os.listdir(tmp / "log" / "ckpt")
+    assert len(ckpts) == 5 and all(re.fullmatch(r"E\d\dL\d+\.\d\dB\d+\.\d\d\.keras", c) for c in ckpts)
+    assert os.listdir(tmp / "log" / "tensorboard")
+    last = evaluation.stdout.strip().splitlines()[-2:]
+    assert last[0].startswith("BLEU test sacreBLEU = ") and "tok:13a" in last[0]
+    assert last[1].startswith("BLEU test reference's way (multi-bleu, whitespace tokens) = ")
+    written = re.search(r"wrote \d+ translations to (\S+)", evaluation.stdout).group(1)  # other tests add more
+    text = open(written, encoding="utf-8").read()
+    assert text.count("- source: ") == text.count("- got: ") == 50
+    assert text.rstrip().splitlines()[-2:] == last  # the scores end the results file
+
+
+def test_training_resumes_from_the_newest_checkpoint(quick_start):
+    tmp, dirs, _ = quick_start
+    step = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])["step"]
+    again = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(rf"resuming from .*E30L.*\.keras: epoch 30 done, step {step}\b", again.stdout)
+    last = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])
+    assert last["epoch"] == 31 and last["step"] > step
+    done = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
+    assert done.returncode == 0 and "nothing to do" in done.stdout
+
+
+def test_a_broken_tf_config_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    env = dict(os.environ, TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:1"]}, "task": ')
+    run = subprocess.run([sys.executable, "train.py", "--logdir", str(tmp_path / "log"), "--prepro_dir",
+                          str(tmp_path / "none")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(run, r"TF_CONFIG is not a valid cluster description \(.*line 1 column \d+")

@@ -1,0 +1,69 @@
+"""The benchmarks run, print their summary lines, and measure what they say."""
+import os
+import re
+
+import pytest
+
+from conftest import run_script
+
+
+def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
+    tmp, _, _ = quick_start
+    prepro_dir = str(tmp / "prepro")
+    train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
+                       "--yardsticks", "none", "--d_ff", "96")
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert "d_model 64, d_ff 96, 2+2 blocks" in train.stdout  # the preset at another size
+    assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
+                        r"peak_rss_mb=\d+ precision=\w+ mfu_float32=[\d.]+", train.stdout.strip().splitlines()[-1])
+    decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--length", "5",
+                        "--prepro_dir", prepro_dir)
+    assert decode.returncode == 0, decode.stderr[-2000:]
+    assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
+                        r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
+    assert "exactly 5 output tokens" in decode.stdout
+    kernels = run_script("bench/kernel_speed.py", "--preset", "sample", "--steps", "2", "--rounds", "1",
+                         "--tricks", "dropout", "--sentences", "8", "--prepro_dir", prepro_dir)
+    assert kernels.returncode == 0, kernels.stderr[-2000:]
+    assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
+                        r"beam_beam_cache=[\d.]+/[01]", kernels.stdout.strip().splitlines()[-1])
+    bad = run_script("bench/train_speed.py", "--preset", "sample", "--num_heads", "5")
+    assert bad.returncode == 2 and "not divisible by num_heads 5" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["keras", "keras_bf16", "torch"])
+def test_benchmark_yardsticks_learn(name):
+    """The bench's plain Keras and PyTorch models train: their loss on one batch falls."""
+    if name == "torch":
+        pytest.importorskip("torch", reason="PyTorch is an optional yardstick, not a requirement")
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    import hyperparams
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+    import yardsticks
+
+    hp = dataclasses.replace(hyperparams.preset("sample"), d_model=32, d_ff=64, num_blocks=1, dropout_rate=0.0)
+    rng = np.random.default_rng(0)
+    source, target = rng.integers(4, 50, (8, 7)), rng.integers(4, 50, (8, 6))
+    source[:4, 5:], target[:4, 4:] = 0, 0  # padding in half the rows
+    decoder_in = np.concatenate([np.full((8, 1), 2), target[:, :-1]], axis=1)
+    model = yardsticks.build(name, hp, 50, seed=0)
+    losses = [float(model.train_on_batch((source, decoder_in), target)) for _ in range(30)]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses
+
+
+def test_peak_memory_is_the_script_own_not_its_parent():
+    """A script started from a process holding 400 MB reports its own peak, and sees its own growth
+    (getrusage's ru_maxrss on Linux reported the parent's memory at fork time)."""
+    held = bytearray(400 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # touch every page
+    code = "import utils; a = utils.peak_rss_mb(); b = bytearray(300 * 2**20); b[::4096] = b'\\1' * len(b[::4096]); " \
+           "print(a, utils.peak_rss_mb())"
+    run = run_script("-c", code)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, after = map(float, run.stdout.split())
+    assert before < 200 and after - before > 250, run.stdout
+    del held

@@ -1,0 +1,106 @@
+"""eval.py: scores, beam search and averaged checkpoints, and its one-line errors (on the quick start's model)."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import SHARED, assert_one_line_error, run_script
+
+
+def test_eval_errors_are_one_line(quick_start, tmp_path):
+    tmp, dirs, _ = quick_start
+    os.makedirs(tmp_path / "empty")
+    import hyperparams
+    hyperparams.save_hparams(hyperparams.preset("sample"), str(tmp_path / "empty"))
+    none = run_script("eval.py", "--logdir", str(tmp_path / "empty"))
+    assert none.returncode == 2 and "Traceback" not in none.stderr
+    assert "no checkpoint; train first" in none.stderr and len(none.stderr.strip().splitlines()) == 1
+    wrong = run_script("eval.py", *dirs, "--d_model", "32")
+    assert wrong.returncode == 2 and "checkpoint of a different model: d_model 64 (settings say 32)" in wrong.stderr
+    mixed = run_script("train.py", *dirs, "--d_model", "32")
+    assert mixed.returncode == 2 and "holds a run with other settings" in mixed.stderr
+
+
+def test_reference_outputs_score_as_published():
+    """Our scoring, on the reference's own tst2013/tst2014 translations, gives its published figures."""
+    data = os.path.join(SHARED, "data")
+    if not os.path.isdir(data):
+        pytest.skip("../shared is not beside the project")
+    import prepro
+    import scoring
+
+    cases = (("iwslt2016_E19L2.64B28.06", "tst2013", 28.06, 33.07),
+             ("iwslt2016_E19L2.64-29146B23.88", "tst2014", 23.88, 27.84))
+    for name, tst, reference_way, sacre in cases:
+        hyps = scoring.read_hypotheses(os.path.join(data, "reference-outputs", name))
+        xml = os.path.join(data, "iwslt2017-en-de", f"IWSLT17.TED.{tst}.en-de.{{}}.xml")
+        _, refs = prepro.read_iwslt_pair(xml.format("de"), xml.format("en"))
+        scores = scoring.bleu_scores(hyps, refs)
+        assert round(scores["reference"], 2) == reference_way
+        assert round(scores["sacrebleu"], 2) == sacre
+
+
+def test_eval_beam_search_and_checkpoint_averaging(quick_start):
+    tmp, dirs, _ = quick_start
+    run = run_script("eval.py", *dirs, "--beam_size", "4", "--average_last", "3")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "mean of the newest 3" in run.stdout
+    assert run.stdout.strip().splitlines()[-1].endswith(", beam 4, alpha 0.6")
+    too_many = run_script("eval.py", *dirs, "--average_last", "9")
+    assert too_many.returncode == 2 and "only 5 checkpoints" in too_many.stderr
+
+
+def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_start):
+    import numpy as np
+
+    import checkpoints
+    import eval as evaluation
+    import hyperparams
+    tmp, _, _ = quick_start
+    hp = hyperparams.load_hparams(str(tmp / "log"))
+    model, _, name = evaluation.load_trained(hp, average_last=3)
+    paths = [path for _, path in checkpoints.epoch_checkpoints(hp.logdir)[-3:]]
+    each = [checkpoints.load(path, hp).get_weights() for path in paths]
+    got = model.get_weights()
+    assert len(got) == len(each[0]) > 40
+    for mean, *weights in zip(got, *each):
+        np.testing.assert_allclose(mean, np.mean(weights, axis=0), rtol=1e-6, atol=1e-7)
+    assert not all(np.array_equal(a, b) for a, b in zip(got, each[-1]))  # not simply the newest
+    assert name == paths[-1][:-len(".keras")] + "_avg3.keras"
+
+
+def test_a_damaged_checkpoint_is_a_one_line_error(quick_start, tmp_path):
+    tmp, dirs, _ = quick_start
+    newest = sorted(os.listdir(tmp / "log" / "ckpt"))[-1]
+    data = (tmp / "log" / "ckpt" / newest).read_bytes()
+    damaged = tmp_path / "damaged.keras"
+    damaged.write_bytes(data[:len(data) // 2])
+    run = run_script("eval.py", *dirs, "--ckpt", str(damaged))
+    assert_one_line_error(run, rf"{re.escape(str(damaged))}: cannot load this checkpoint")
+
+
+def test_an_id_beyond_the_vocabulary_is_a_one_line_error(quick_start, tmp_path):
+    import shutil
+
+    import numpy as np
+    tmp, _, _ = quick_start
+    prepro_dir = tmp_path / "prepro"
+    shutil.copytree(tmp / "prepro", prepro_dir)
+    vocab_size = json.loads((prepro_dir / "meta.json").read_text())["vocab_size"]
+    with np.load(prepro_dir / "train.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["tgt_ids"][7] = vocab_size
+    np.savez(prepro_dir / "train.npz", **arrays)
+    run = run_script("train.py", "--prepro_dir", str(prepro_dir), "--logdir", str(tmp_path / "log"))
+    assert_one_line_error(run, rf"{re.escape(str(prepro_dir / 'train.npz'))}: tgt_ids holds id {vocab_size} "
+                               rf"but the vocabulary has {vocab_size}")
+
+
+def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
+    logdir = tmp_path / "log"
+    os.makedirs(logdir)
+    (logdir / "hparams.json").write_text('{\n  "d_model": 64,\n  "d_ff"\n}\n', encoding="utf-8")
+    run = run_script("eval.py", "--logdir", str(logdir))
+    assert_one_line_error(run, rf"{re.escape(str(logdir / 'hparams.json'))}: not valid JSON \(.*line 4 column 1\b")
+    assert len(run.stderr.strip().splitlines()) == 1

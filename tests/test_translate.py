@@ -1,0 +1,72 @@
+"""translate.py and decoding.translate_lines: your own sentences, long lines, bad input."""
+import re
+
+from conftest import assert_one_line_error, run_script
+
+
+def test_translate_round_trip(quick_start, tmp_path):
+    """stdin -> stdout on the sample model: one line out per line in, empty lines kept."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    tmp, dirs, _ = quick_start
+    text = "Ein Mann fährt Fahrrad.\n\nDie Frau trinkt Kaffee.\n"
+    run = subprocess.run([sys.executable, "translate.py", *dirs], input=text, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.split("\n")
+    assert len(lines) == 4 and lines[3] == ""  # three lines, each ended by a newline
+    assert lines[0] and lines[1] == "" and lines[2]
+    # a file in, a file out, beam search, and a line longer than maxlen1 split with a note
+    long_line = " ".join(["Der Hund schläft im Garten."] * 12)
+    (tmp_path / "in.de").write_text(f"Das Kind liest ein Buch.\n{long_line}\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "translate.py", *dirs, "--beam_size", "4", "--input",
+                          str(tmp_path / "in.de"), "--output", str(tmp_path / "out.en")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = (tmp_path / "out.en").read_text(encoding="utf-8").splitlines()
+    assert len(out) == 2 and all(out)
+    assert "in.de:2:" in run.stderr and "translated in" in run.stderr
+
+
+def test_split_long_keeps_every_token(quick_start):
+    import sentencepiece as spm
+
+    import decoding
+    sp = spm.SentencePieceProcessor(model_file=str(quick_start[0] / "prepro" / "bpe.model"))
+    text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
+    pieces = decoding.split_long(sp, text.strip(), 12)
+    assert all(len(p) <= 12 for p in pieces)
+    assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
+
+
+def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
+    """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""
+    tmp, dirs, _ = quick_start
+    long_line = "Der Hund schläft im Garten, und die Katze spielt mit einem Ball. " * 300  # ~6000 tokens
+    (tmp_path / "long.de").write_text("Ein Mann fährt Fahrrad.\n" + (long_line + "\n") * 5, encoding="utf-8")
+    measure = ("import runpy, sys, utils; sys.argv = ['translate.py'] + sys.argv[1:]\n"
+               "try:\n    runpy.run_path('translate.py', run_name='__main__')\n"
+               "finally:\n    print('peak_rss_mb', int(utils.peak_rss_mb()), file=sys.stderr)")
+    run = run_script("-c", measure, *dirs, "--input", str(tmp_path / "long.de"), "--output", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = (tmp_path / "out").read_text(encoding="utf-8").split("\n")
+    assert len(out) == 7 and out[6] == "" and all(out[:6])
+    assert len(out[1].split()) > 1000  # every piece translated, joined on its line
+    assert run.stderr.count("translated in") == 5
+    peak = int(re.search(r"peak_rss_mb (\d+)", run.stderr).group(1))
+    assert peak < 2000, f"translating long lines took {peak} MB"
+
+
+def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    _, dirs, _ = quick_start
+    run = subprocess.run([sys.executable, "translate.py", *dirs], input=b"Ein Hund.\nZwei \xff Katzen.\n", cwd=ROOT,
+                         capture_output=True, timeout=300)
+    run.stderr = run.stderr.decode("utf-8")
+    assert_one_line_error(run, r"<stdin>:2: bytes that are not UTF-8")
+    assert run.stdout == b"" and len(run.stderr.strip().splitlines()) == 1  # before Keras loads: nothing else
