@@ -156,23 +156,16 @@ class SkipNonfinite:
         ops.cond(finite, update, skip)
 
 
-GUARDED = {}
-
-
-def guarded(optimizer_class):
-    """optimizer_class with SkipNonfinite (one class per optimizer class, registered for loading)."""
-    if optimizer_class not in GUARDED:
-        name = "Guarded" + keras.saving.get_registered_name(optimizer_class).split(">")[-1]
-        GUARDED[optimizer_class] = keras.saving.register_keras_serializable(PACKAGE, name)(
-            type(name, (SkipNonfinite, optimizer_class), {}))
-    return GUARDED[optimizer_class]
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
+    """Keras' Adam that leaves out non-finite updates (--skip_nonfinite 1)."""
 
 
 def compile_model(model, hp, total_steps=None):
     """Adam (beta1 0.9, beta2 0.98, eps 1e-9, section 5.3) with warmup and hp.lr_decay's decay
     (learning_rate), label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite)."""
-    adam = guarded(keras.optimizers.Adam) if hp.skip_nonfinite else keras.optimizers.Adam
+    adam = GuardedAdam if hp.skip_nonfinite else keras.optimizers.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,

@@ -278,7 +278,7 @@ def test_skip_nonfinite_leaves_out_nonfinite_batches_exactly():
             loss = net.train_on_batch(x[i], y[i])
         return net.get_weights(), optimizer, loss
 
-    guarded, opt, _ = run([0, 1, 2], transformer.guarded(base)(learning_rate=0.1))
+    guarded, opt, _ = run([0, 1, 2], transformer.GuardedAdam(learning_rate=0.1))
     plain, _, _ = run([0, 2], base(learning_rate=0.1))
     for a, b in zip(guarded, plain):
         np.testing.assert_array_equal(a, b)
