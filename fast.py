@@ -13,6 +13,7 @@ when they are constructed.
   dropout                 one random 32-bit integer per two elements (TensorFlow)
   layer_norm              layer normalization with its gradient written out (TensorFlow)
   cross_entropy           the smoothed loss with its gradient written out
+  adam                    Adam's update of each weight as one fused kernel (TensorFlow)
   beam_cache              beam search without reordering caches: each hypothesis attends to its
                           ancestors' entries, and the encoder output is not repeated K times
 """
@@ -185,6 +186,40 @@ def smoothed_cross_entropy(logits, labels, epsilon):
     return loss(logits)
 
 
+# Adam: one fused update per weight
+
+@keras.saving.register_keras_serializable(package=modules.PACKAGE, name="FusedAdam")
+class Adam(keras.optimizers.Adam):
+    """keras.optimizers.Adam whose update of each TensorFlow variable is one kernel.
+
+    Keras' Adam updates a weight with about a dozen elementwise ops, each a pass over the weight,
+    its moments or a temporary; TensorFlow's `ResourceApplyAdam` applies the same rule
+    (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps))
+    in one pass. Elsewhere (other backends, under a tf.distribute strategy, amsgrad) it is Keras'
+    Adam. Same variables, so checkpoints are shared.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        if tf.distribute.has_strategy():  # mirrored variables: no single handle to update
+            return super().update_step(gradient, variable, learning_rate)
+        # Keras keeps the moments in private lists; there is no public way to reach a variable's own.
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle, m=m.value.handle, v=v.value.handle,
+            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.convert_to_tensor(tf.cast(gradient, dtype)))  # sparse (embedding) gradients: dense
+
+
 # Beam search: caches kept in place
 
 def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, group):
@@ -252,7 +287,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
 
 # Choosing
 
-TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm"}
+TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm", "adam"}
 # trick -> [(owner, attribute, drop-in)]
 DROP_INS = {
     "matmul_transposed": [(modules, "scaled_dot_product_attention", scaled_dot_product_attention),
@@ -261,6 +296,7 @@ DROP_INS = {
     "dropout": [(modules, "Dropout", Dropout)],
     "layer_norm": [(modules, "LayerNormalization", LayerNormalization)],
     "cross_entropy": [(modules, "smoothed_cross_entropy", smoothed_cross_entropy)],
+    "adam": [(modules, "Adam", Adam)],
     "beam_cache": [(decoding, "beam_loop", beam_loop)],
 }
 PLAIN = {(owner, name): getattr(owner, name) for parts in DROP_INS.values() for owner, name, _ in parts}

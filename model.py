@@ -164,8 +164,8 @@ class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
 def compile_model(model, hp, total_steps=None):
     """Adam (beta1 0.9, beta2 0.98, eps 1e-9, section 5.3) with warmup and hp.lr_decay's decay
     (learning_rate), label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite,
-    updates whose gradients are not finite are left out (SkipNonfinite)."""
-    adam = GuardedAdam if hp.skip_nonfinite else keras.optimizers.Adam
+    updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
+    adam = GuardedAdam if hp.skip_nonfinite else modules.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,

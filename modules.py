@@ -28,6 +28,7 @@ NEG_INF = -1e9  # added to the attention logits of masked keys
 # Stock Keras parts, by name: fast.py puts its drop-ins in their place (--kernels fast).
 Dropout = keras.layers.Dropout
 LayerNormalization = keras.layers.LayerNormalization
+Adam = keras.optimizers.Adam  # section 5.3; model.compile_model builds it
 
 
 # 3.5 Positional encoding

@@ -2,14 +2,16 @@
 plain parts, with each training trick alone, with all of them (--kernels fast) and with all but
 one; beam search with and without its trick. Rounds alternate the configurations, so a slow spell of a shared machine falls
 on all of them. A trick's speed-up is plain's time over its own, round by round; fast.AUTO keeps
-the tricks that were faster in every counted round (5 of 5: a coin does that 1 time in 32).
+the tricks that were faster in at least 12 of 15 counted rounds pooled over three runs (a coin
+does that about 1 time in 57). Adam's update is also timed alone, as it is a few percent of a step.
 noise is the spread of the plain configuration's own times over the rounds (max / min - 1).
 
     python bench/kernel_speed.py --preset multi30k --precision float32
 
 The last line is machine-readable:
 kernel_speed noise=<x> <trick>=<median speed-up over plain>/<rounds faster> ...
-last_<trick>=<median speed-up of fast over fast without it>/<rounds faster> ... beam_<trick>=<...>/<...>
+last_<trick>=<median speed-up of fast over fast without it>/<rounds faster> ... adam_update=<...>/<...>
+beam_<trick>=<...>/<...>
 """
 import dataclasses
 import os
@@ -27,7 +29,7 @@ import devices  # noqa: E402
 import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
-TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy")
+TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
 DECODING = ("beam_cache",)
 
 
@@ -69,6 +71,34 @@ def traced_model(hp, kernels, vocab_size, output_ids, batches, seed):
     return m
 
 
+def time_adam_update(model, rounds, repeats=20):
+    """{config: [seconds]}: `repeats` updates of the model's weights from fixed gradients by Keras'
+    Adam (plain) and fast.Adam, in alternating rounds. One update is a few percent of a training
+    step: this times it without the rest of the step's noise. TensorFlow only (elsewhere fast.Adam
+    is Keras')."""
+    import keras
+    import tensorflow as tf
+
+    import fast
+
+    variables = model.trainable_variables
+    grads = [keras.random.normal(v.shape, stddev=1e-3, seed=i) for i, v in enumerate(variables)]
+    updates = {}
+    for c, adam in (("plain", keras.optimizers.Adam), ("adam", fast.Adam)):
+        optimizer = adam(learning_rate=1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        optimizer.build(variables)
+        updates[c] = tf.function(lambda o=optimizer: o.apply(grads, variables))
+        updates[c]()  # compile
+
+    def update_once(c):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            updates[c]()
+        return time.perf_counter() - start
+
+    return alternate(tuple(updates), update_once, rounds)
+
+
 def time_beam_search(model, hp, args):
     """{config: [seconds]}: beam search over dev sentences with the plain beam loop and each
     decoding drop-in, exactly 30 tokens a sentence, in alternating rounds."""
@@ -103,6 +133,8 @@ def main(argv=None):
                         help="the training drop-ins to measure alone and as the last one added")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
+    import keras
+
     import fast
 
     run = devices.setup(hp)
@@ -132,6 +164,11 @@ def main(argv=None):
     last_gains = summary({"fast": train_times["fast"],
                           **{f"without_{t}": train_times[w] for t, w in zip(tricks, without)}}, "fast")
 
+    adam_gains = {"adam": (1.0, 0)}
+    if keras.backend.backend() == "tensorflow":
+        section(f"Adam: 20 updates of the model's weights, {args.rounds} alternating rounds")
+        adam_gains = summary(time_adam_update(models["plain"], args.rounds), "plain")
+
     section(f"Beam search {args.beam_size}: {args.sentences} dev sentences, batches of 64, {args.rounds} rounds")
     beam_times = time_beam_search(models["plain"], hp, args)
     beam_gains = summary(beam_times, "plain")
@@ -140,6 +177,7 @@ def main(argv=None):
         f"{c}={g:.2f}/{n}" for c, (g, n) in train_gains.items() if c != "plain")
     line += " " + " ".join(f"last_{c[len('without_'):]}={1 / g:.2f}/{len(train_times['fast']) - n}"
                            for c, (g, n) in last_gains.items() if c != "fast")
+    line += f" adam_update={adam_gains['adam'][0]:.2f}/{adam_gains['adam'][1]}"
     line += " " + " ".join(f"beam_{c}={g:.2f}/{n}" for c, (g, n) in beam_gains.items() if c != "plain")
     print(line)
 

@@ -26,7 +26,7 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
                          "--tricks", "dropout", "--sentences", "8", "--prepro_dir", prepro_dir)
     assert kernels.returncode == 0, kernels.stderr[-2000:]
     assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
-                        r"beam_beam_cache=[\d.]+/[01]", kernels.stdout.strip().splitlines()[-1])
+                        r"adam_update=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]", kernels.stdout.strip().splitlines()[-1])
     bad = run_script("bench/train_speed.py", "--preset", "sample", "--num_heads", "5")
     assert bad.returncode == 2 and "not divisible by num_heads 5" in bad.stderr
 

@@ -148,6 +148,70 @@ def test_layer_normalization_equals_keras():
             np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+def numpy_adam(w, grads, lr, beta_1, beta_2, epsilon):
+    """Adam (Kingma & Ba, with Keras' epsilon placement) on dense gradients, in float64."""
+    m, v, w = np.zeros_like(w, np.float64), np.zeros_like(w, np.float64), w.astype(np.float64)
+    for t, g in enumerate(grads, 1):
+        m += (g - m) * (1 - beta_1)
+        v += (g * g - v) * (1 - beta_2)
+        w -= lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t) * m / (np.sqrt(v) + epsilon)
+    return w
+
+
+def test_fused_adam_is_adam():
+    """fast.Adam follows Adam's rule, as Keras' Adam does, for dense gradients; for an embedding's
+    sparse gradient with a repeated row it applies Adam to the summed gradient."""
+    lr, beta_1, beta_2, epsilon = 0.01, 0.9, 0.98, 1e-9
+    w0, e0 = rand(4, 3, seed=5), rand(6, 3, seed=6)
+    dense = [rand(4, 3, seed=10 + t) for t in range(4)]
+    ids, rows = np.array([1, 4, 1]), [rand(3, 3, seed=20 + t) for t in range(4)]  # row 1 twice
+    summed = [np.zeros((6, 3), "float32") for _ in rows]
+    for z, r in zip(summed, rows):
+        np.add.at(z, ids, r)
+
+    def sparse(r, z):
+        if not TENSORFLOW:
+            return ops.convert_to_tensor(z)
+        import tensorflow as tf
+        return tf.IndexedSlices(tf.constant(r), tf.constant(ids), tf.constant([6, 3]))
+
+    def run(optimizer):
+        w, e = keras.Variable(w0), keras.Variable(e0)
+        optimizer.build([w, e])
+        for g, r, z in zip(dense, rows, summed):
+            optimizer.apply([ops.convert_to_tensor(g), sparse(r, z)], [w, e])
+        return ops.convert_to_numpy(w), ops.convert_to_numpy(e)
+
+    settings = dict(learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+    fused_w, fused_e = run(fast.Adam(**settings))
+    keras_w, _ = run(keras.optimizers.Adam(**settings))
+    np.testing.assert_allclose(fused_w, keras_w, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_w, numpy_adam(w0, dense, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fused_e, numpy_adam(e0, summed, lr, beta_1, beta_2, epsilon), rtol=0, atol=1e-6)
+    assert np.abs(fused_e - e0)[[1, 4]].min() > 1e-4  # the rows with gradients moved, the others not
+    np.testing.assert_array_equal(fused_e[[0, 2, 3, 5]], e0[[0, 2, 3, 5]])
+
+
+@pytest.mark.skipif(not TENSORFLOW, reason="the fused update is a TensorFlow kernel")
+def test_fused_adam_runs_the_fused_kernel(monkeypatch):
+    """The update goes through ResourceApplyAdam (not Keras' fallback), and the training model
+    gets fast.Adam under --kernels auto, Keras' Adam under plain."""
+    import tensorflow as tf
+
+    calls = []
+    kernel = tf.raw_ops.ResourceApplyAdam
+    monkeypatch.setattr(tf.raw_ops, "ResourceApplyAdam", lambda **kw: calls.append(1) or kernel(**kw))
+    w = keras.Variable(rand(4, 3))
+    optimizer = fast.Adam(learning_rate=0.01)
+    optimizer.apply([ops.convert_to_tensor(rand(4, 3, seed=1))], [w])
+    assert calls == [1]
+    hp = dataclasses.replace(hyperparams.preset("sample"), d_model=16, d_ff=32, num_blocks=1, num_heads=2)
+    for kernels, adam in (("auto", fast.Adam), ("plain", keras.optimizers.Adam)):
+        hp = dataclasses.replace(hp, kernels=kernels)
+        m = transformer.compile_model(transformer.make_model(hp, 40), hp, total_steps=10)
+        assert type(m.optimizer) is adam
+
+
 def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
     """Beam search keeping caches in place returns the ids and scores of the plain beam search,
     which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""
