@@ -197,14 +197,23 @@ def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE):
     return (x, decoder_in), labels
 
 
+def sentence_batches(count, batch_sentences, rng):
+    """The reference's batches: every sentence once, in random order, batch_sentences at a time
+    (the last batch may be smaller); each is padded to its longest sentence."""
+    order = rng.permutation(count)
+    return [order[i:i + batch_sentences] for i in range(0, count, batch_sentences)]
+
+
 class TrainBatches:
-    """An epoch's training batches as NumPy arrays, reshuffled for every epoch.
+    """An epoch's training batches as NumPy arrays, reshuffled for every epoch: token-budget
+    batches of similar lengths, or with batch_sentences > 0 that many random sentences a batch.
 
     The batch plan of epoch e depends only on (seed, e), so a resumed run sees the batches the
     uninterrupted run would have seen.
     """
 
-    def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE):
+    def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE,
+                 batch_sentences=0):
         keep, self.dropped = filter_long(src, tgt, maxlen1, maxlen2)
         if len(keep) == 0:
             raise UserError(f"no training pair fits maxlen1 {maxlen1} / maxlen2 {maxlen2}: raise them")
@@ -213,6 +222,7 @@ class TrainBatches:
         self.src_lens = np.array([len(s) + 1 for s in self.src])
         self.tgt_lens = np.array([len(t) + 1 for t in self.tgt])
         self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
+        self.batch_sentences = batch_sentences
 
     def __len__(self):
         return len(self.src)
@@ -220,6 +230,8 @@ class TrainBatches:
     def plan(self, epoch):
         """Index batches of `epoch` (0-based)."""
         rng = np.random.default_rng([self.seed, epoch])
+        if self.batch_sentences:
+            return sentence_batches(len(self.src), self.batch_sentences, rng)
         return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng, self.multiple)
 
     def batches(self, batch_plan):

@@ -422,18 +422,21 @@ def split_long(sp, text, max_tokens):
 
 
 def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",
-                    source=None):
+                    source=None, whole=False):
     """Translations of text lines, one per line, in order.
 
     Empty lines give empty lines. A line longer than maxlen1 - 1 tokens (room for </s>) is cut by
-    split_long and its pieces are translated one by one and joined; with `source` (a name for
-    messages) a note on stderr says so. Batches are formed by tokens, so memory stays bounded.
+    split_long and its pieces are translated one by one and joined; with whole (evaluation, as the
+    reference) it is translated whole, unless the model's learned positions stop at maxlen1. With
+    `source` (a name for messages) a note on stderr says where a line was cut. Batches are formed
+    by tokens, so memory stays bounded.
     """
+    limit = maxlen1 - 1 if not whole or model.positional == "learned" else None
     pieces, owner = [], []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        parts = split_long(sp, line.strip(), maxlen1 - 1)
+        parts = [sp.encode(line.strip())] if limit is None else split_long(sp, line.strip(), limit)
         if len(parts) > 1 and source:
             print(f"note: {source}:{lineno}: {sum(map(len, parts))} tokens, longer than maxlen1 {maxlen1}: "
                   f"translated in {len(parts)} pieces", file=sys.stderr)

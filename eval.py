@@ -4,18 +4,20 @@
     python eval.py --preset multi30k --split test --ckpt log/multi30k/ckpt/E20L2.10B38.00.keras
 
 Reads the settings saved by training from <logdir>/hparams.json, loads the newest checkpoint of
-<logdir>/ckpt (or --ckpt), writes <logdir>/results/<split>_<checkpoint>B<bleu>.txt with source /
-expected / got for every sentence and the scores at its end, and prints BLEU two ways:
-sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way (multi-bleu.perl on
-cased, whitespace-split text = sacreBLEU with tokenize="none"). Decoding is greedy, or beam search
-with --beam_size K and length penalty --alpha.
+<logdir>/ckpt (or --ckpt), translates every sentence whole (as the reference did), writes
+<logdir>/results/<split>_<checkpoint>B<sacreBLEU>.txt with source / expected / got for every
+sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<reference's BLEU> in
+the reference's layout (one translation a line, then the multi-bleu.perl line), and prints BLEU
+two ways: sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way
+(multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing).
+Decoding is greedy, or beam search with --beam_size K and length penalty --alpha.
 """
 import os
 
 import checkpoints
 import data_load
 import hyperparams
-from scoring import bleu_scores, format_scores, write_results
+from scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from utils import UserError, run_cli, section
 
 
@@ -76,7 +78,7 @@ def main(argv=None):
     if args.beam_size < 1:
         raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
     hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
-                                 args.alpha, desc=args.split,
+                                 args.alpha, desc=args.split, whole=True,
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
@@ -86,7 +88,9 @@ def main(argv=None):
     tag = "" if args.beam_size == 1 else f"_beam{args.beam_size}a{args.alpha:g}"
     path = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['sacrebleu']:.2f}.txt")
     write_results(path, sources, references, hypotheses, text)
-    print(f"wrote {len(hypotheses)} translations to {path}")
+    reference_layout = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['reference']:.2f}")
+    write_hypotheses(reference_layout, hypotheses, scores["reference_report"])
+    print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}")
     print(text)
 
 

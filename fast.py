@@ -60,7 +60,7 @@ def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None
 
 def project(self, x, rows=None):
     """modules.TokenEmbedding.project, by matmul_transposed."""
-    w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+    w = self.output_matrix(rows)  # (V or V', d)
     return ops.cast(matmul_transposed(x, ops.cast(w, x.dtype)), "float32")  # (N, T, V or V')
 
 
@@ -241,13 +241,11 @@ def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, 
         q = mha.split_heads(mha.query_dense(x))  # (N, h, G, d_k)
         cache = tuple(ops.slice_update(c, (0, 0, step * group, 0), ops.cast(new, c.dtype))
                       for c, new in zip(cache, mha.keys_values(x)))  # (N, h, L*G, d_k) each
-        a = mha.output_dense(mha.combine_heads(
-            modules.scaled_dot_product_attention(q, *cache, self_bias)))  # (N, G, d)
+        a = mha.output(modules.scaled_dot_product_attention(q, *cache, self_bias))  # (N, G, d)
         y = block.self_attention_norm(y, ops.reshape(a, (-1, 1, d)))  # (N*G, 1, d)
         cross = block.cross_attention
         q = cross.split_heads(cross.query_dense(ops.reshape(y, (-1, group, d))))  # (N, h, G, d_k)
-        c = cross.output_dense(cross.combine_heads(
-            modules.scaled_dot_product_attention(q, *kv, source_bias)))  # (N, G, d)
+        c = cross.output(modules.scaled_dot_product_attention(q, *kv, source_bias))  # (N, G, d)
         y = block.cross_attention_norm(y, ops.reshape(c, (-1, 1, d)))  # (N*G, 1, d)
         y = block.feed_forward_norm(y, block.feed_forward(y))  # (N*G, 1, d)
         new_caches.append(cache)

@@ -20,6 +20,8 @@ STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
 POSITIONAL = ("sinusoid", "learned")
 LR_DECAYS = ("rsqrt", "linear")
 OUTPUT_VOCABS = ("target", "all")
+EMBEDDING_INITS = ("normal", "xavier")
+PAD_LOGITS = ("learned", "zero")
 KERNELS = ("auto", "plain", "fast")  # fast.KERNELS
 
 
@@ -47,9 +49,19 @@ class Hparams:
     positional: str = "sinusoid"  # sinusoid (paper, reference 2019) | learned (reference legacy)
     output_vocab: str = "target"  # target: the softmax covers only the pieces seen in the training
     # targets (and ids 0-3) | all: the whole joint vocabulary, as the reference
+    attention_output: bool = True  # the output projection W^O of multi-head attention (paper 3.2.2;
+    # the reference 2019 has none)
+    residual_dropout: bool = True  # dropout on each sublayer's output before the residual sum (paper
+    # 5.4); the reference 2019 drops out only the embeddings and the attention weights
+    layer_norm_epsilon: float = 1e-6  # the reference: 1e-8
+    embedding_init: str = "normal"  # normal: N(0, d_model^-0.5) | xavier: Glorot uniform (the reference)
+    pad_logit: str = "learned"  # learned: the <pad> row of the shared matrix is trained and gives a logit |
+    # zero: that row is zero in the output projection too, so the <pad> logit is always 0 (the reference)
 
     # training
     tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
+    batch_sentences: int = 0  # > 0: batches of this many random sentences padded to the longest (the
+    # reference's 128) instead of tokens_per_batch's length-bucketed batches
     precision: str = "auto"  # float32 | mixed_bfloat16 | mixed_float16 | auto (mixed_bfloat16 on a GPU
     # with bfloat16 units and, with TensorFlow, on a CPU with AVX512_BF16/AMX; float32 elsewhere)
     jit_compile: str = "auto"  # XLA for training steps: auto (GPU and JAX: on; TensorFlow on a CPU: off) | on | off
@@ -58,6 +70,8 @@ class Hparams:
     strategy: str = "auto"  # data parallelism: auto | one | mirrored | multi_worker (TensorFlow) | data_parallel (JAX)
     length_multiple: int = 0  # pad training batch lengths to a multiple of this; 0: 1 on TensorFlow
     # without XLA (any shape, least padding), 8 where every shape is compiled (JAX, XLA)
+    adam_beta2: float = 0.98  # Adam's beta2 and epsilon: the paper's (5.3); the reference 2019 used
+    adam_epsilon: float = 1e-9  # TensorFlow's defaults, 0.999 and 1e-8
     lr: float = 1e-3  # peak learning rate, reached after warmup_steps
     warmup_steps: int = 100
     lr_decay: str = "rsqrt"  # after warmup: rsqrt (reference, paper) | linear (down to 0 at the end of num_epochs)
@@ -72,6 +86,16 @@ class Hparams:
     keep_step_checkpoints: int = 2  # mid-epoch checkpoints kept in <logdir>/ckpt/steps
     skip_nonfinite: bool = False  # leave out batches with a NaN/Inf loss instead of stopping
 
+
+# The reference's 2019 values (Kyubyong/transformer: hparams.py, model.py, modules.py, data_load.py),
+# as Hparams fields.
+REFERENCE_2019 = dict(
+    vocab_size=32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8, dropout_rate=0.3,
+    maxlen1=100, maxlen2=100, positional="sinusoid", output_vocab="all", attention_output=False,
+    residual_dropout=False, layer_norm_epsilon=1e-8, embedding_init="xavier", pad_logit="zero",
+    batch_sentences=128, tokens_per_batch=4096, lr=3e-4, warmup_steps=4000, lr_decay="rsqrt",
+    num_epochs=20, smoothing=0.1, adam_beta2=0.999, adam_epsilon=1e-8,
+)
 
 PRESETS = {
     # Tiny: the built-in demo and the tests, on corpora/sample, a few minutes on a 2-core CPU.
@@ -97,31 +121,27 @@ PRESETS = {
         logdir="log/multi30k",
         eval_sentences=0,
     ),
-    # The reference's 2019 settings (hparams.py of Kyubyong/transformer) on IWSLT 2016 de-en.
-    "iwslt2016": dict(
-        corpus="iwslt",
-        data_dir="data/iwslt2016",
-        prepro_dir="prepro/iwslt2016",
-        vocab_size=32000,
-        d_model=512,
-        d_ff=2048,
-        num_blocks=6,
-        num_heads=8,
-        dropout_rate=0.3,
-        maxlen1=100,
-        maxlen2=100,
-        tokens_per_batch=4096,
-        lr=3e-4,
-        warmup_steps=4000,
-        num_epochs=20,
-        logdir="log/iwslt2016",
-        eval_sentences=0,
-    ),
+    # The reference's 2019 experiment on IWSLT 2016 de-en: its hparams.py values and what its code
+    # does without a setting (Adam's defaults, Xavier embeddings, the zero <pad> row in the output
+    # projection, no W^O, dropout on embeddings and attention weights only, 128-sentence batches,
+    # label smoothing over the whole vocabulary); tests/test_hyperparams.py lists each with its source.
+    "iwslt2016": dict(REFERENCE_2019, corpus="iwslt", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016",
+                      logdir="log/iwslt2016", eval_sentences=0),
+    # The same task and model size with every improvement of this port turned on: token-budget
+    # batches, residual dropout and W^O (paper 3.2.2, 5.4), the paper's Adam constants, the smaller
+    # softmax. README, "Beat the reference".
+    "iwslt2016_improved": dict(REFERENCE_2019, corpus="iwslt", data_dir="data/iwslt2016",
+                               prepro_dir="prepro/iwslt2016", logdir="log/iwslt2016_improved",
+                               eval_sentences=0, batch_sentences=0, tokens_per_batch=4096,
+                               attention_output=True, residual_dropout=True, layer_norm_epsilon=1e-6,
+                               embedding_init="normal", pad_logit="learned", output_vocab="target",
+                               adam_beta2=0.98, adam_epsilon=1e-9),
 }
 
 # Fields that fix the shape of the weights or what the model outputs: a checkpoint only loads into a
 # model with the same ones.
-MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2", "output_vocab")
+MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2", "output_vocab",
+                "attention_output", "layer_norm_epsilon", "pad_logit")
 # What a field added after a run was saved meant before it existed (load_hparams).
 SAVED_BEFORE = {"output_vocab": "all"}
 
@@ -143,7 +163,8 @@ def validate(hp):
     for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
                           ("precision", PRECISIONS), ("strategy", STRATEGIES),
                           ("lr_decay", LR_DECAYS), ("output_vocab", OUTPUT_VOCABS),
-                          ("kernels", KERNELS)):
+                          ("kernels", KERNELS), ("embedding_init", EMBEDDING_INITS),
+                          ("pad_logit", PAD_LOGITS)):
         if getattr(hp, name) not in choices:
             problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:
@@ -165,6 +186,10 @@ def validate(hp):
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
     if not 0.0 <= hp.smoothing < 1.0:
         problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
+    if hp.batch_sentences < 0:
+        problems.append(f"--batch_sentences must be 0 (token budgets) or positive (got {hp.batch_sentences})")
+    if not 0.0 < hp.adam_beta2 < 1.0 or hp.adam_epsilon <= 0 or hp.layer_norm_epsilon <= 0:
+        problems.append("adam_beta2 must be in (0, 1), adam_epsilon and layer_norm_epsilon positive")
     if hp.save_every_steps < 0:
         problems.append(f"--save_every_steps must be 0 (off) or positive (got {hp.save_every_steps})")
     if hp.lr <= 0 or hp.warmup_steps < 0:

@@ -29,7 +29,9 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
-                 maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, **kwargs):
+                 maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, attention_output=True,
+                 residual_dropout=True, layer_norm_epsilon=1e-6, embedding_init="normal", pad_logit="learned",
+                 **kwargs):
         super().__init__(**kwargs)
         if output_ids is not None:
             output_ids = [int(i) for i in output_ids]
@@ -41,14 +43,20 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.vocab_size, self.d_model, self.d_ff = vocab_size, d_model, d_ff
         self.num_blocks, self.num_heads, self.dropout_rate = num_blocks, num_heads, dropout_rate
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
-        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, name="embedding")
+        # hyperparams.Hparams fields of the same names: the paper's choices or the reference's
+        self.attention_output, self.residual_dropout = attention_output, residual_dropout
+        self.layer_norm_epsilon, self.embedding_init, self.pad_logit = layer_norm_epsilon, embedding_init, pad_logit
+        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=embedding_init,
+                                        zero_pad_logit=pad_logit == "zero", name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
         self.source_dropout = modules.Dropout(dropout_rate)
         self.target_dropout = modules.Dropout(dropout_rate)
-        self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"encoder_{i}")
+        block = dict(output_projection=attention_output, residual_dropout=residual_dropout,
+                     epsilon=layer_norm_epsilon)
+        self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"encoder_{i}")
                                for i in range(num_blocks)]
-        self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, name=f"decoder_{i}")
+        self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"decoder_{i}")
                                for i in range(num_blocks)]
 
     def encode(self, source, training=None):
@@ -95,7 +103,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
                 "dropout_rate": self.dropout_rate, "maxlen1": self.maxlen1, "maxlen2": self.maxlen2,
-                "positional": self.positional, "output_ids": self.output_ids}
+                "positional": self.positional, "output_ids": self.output_ids,
+                "attention_output": self.attention_output, "residual_dropout": self.residual_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon, "embedding_init": self.embedding_init,
+                "pad_logit": self.pad_logit}
 
     def build_from_config(self, config):
         self.build_with_dummy()
@@ -116,7 +127,9 @@ def make_model(hp, vocab_size, output_ids=None):
     model = Transformer(vocab_size=vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
                         num_blocks=hp.num_blocks, num_heads=hp.num_heads,
                         dropout_rate=hp.dropout_rate, maxlen1=hp.maxlen1, maxlen2=hp.maxlen2,
-                        positional=hp.positional, output_ids=output_ids, name="transformer")
+                        positional=hp.positional, output_ids=output_ids, attention_output=hp.attention_output,
+                        residual_dropout=hp.residual_dropout, layer_norm_epsilon=hp.layer_norm_epsilon,
+                        embedding_init=hp.embedding_init, pad_logit=hp.pad_logit, name="transformer")
     model.build_with_dummy()
     return model
 
@@ -162,11 +175,13 @@ class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
 
 
 def compile_model(model, hp, total_steps=None):
-    """Adam (beta1 0.9, beta2 0.98, eps 1e-9, section 5.3) with warmup and hp.lr_decay's decay
+    """Adam (beta1 0.9; beta2 and eps hp.adam_beta2 and hp.adam_epsilon: 0.98 and 1e-9 in section
+    5.3, 0.999 and 1e-8 in the reference) with warmup and hp.lr_decay's decay
     (learning_rate), label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
     adam = GuardedAdam if hp.skip_nonfinite else modules.Adam
-    optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
+                     epsilon=hp.adam_epsilon)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))

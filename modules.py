@@ -96,16 +96,24 @@ class TokenEmbedding(keras.layers.Layer):
       vocab_size: V.
       d_model: d.
       pad_id: the id whose embedding is zero.
+      initializer: "normal", N(0, d^-0.5), so that scaled embeddings have about the positional
+        encoding's size; or "xavier", Glorot uniform, as the reference (std about 0.008 for
+        32000 x 512: scaled, about 0.18 of the positional encoding).
+      zero_pad_logit: the <pad> row is zero in the output projection too, so the <pad> logit is
+        always 0, as in the reference (whose matrix has a constant zero row); otherwise that row
+        is trained through the output projection alone.
     """
 
-    def __init__(self, vocab_size, d_model, pad_id=0, **kwargs):
+    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
+        self.initializer, self.zero_pad_logit = initializer, zero_pad_logit
 
     def build(self, input_shape=None):
-        self.embeddings = self.add_weight(
-            name="embeddings", shape=(self.vocab_size, self.d_model),
-            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        initializer = (keras.initializers.GlorotUniform() if self.initializer == "xavier"
+                       else keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.vocab_size, self.d_model),
+                                          initializer=initializer)
 
     def call(self, ids):
         """ids (N, T) int -> (N, T, d)."""
@@ -113,17 +121,26 @@ class TokenEmbedding(keras.layers.Layer):
         keep = ops.cast(ops.not_equal(ids, self.pad_id), x.dtype)  # (N, T)
         return x * ops.expand_dims(keep, -1) * math.sqrt(self.d_model)  # (N, T, d)
 
+    def output_matrix(self, rows=None):
+        """The matrix of the pre-softmax linear layer: every row (V, d), or those of the ids in
+        rows (V',); the <pad> row zeroed with zero_pad_logit."""
+        w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+        if self.zero_pad_logit:
+            ids = ops.arange(self.vocab_size) if rows is None else rows  # (V or V',)
+            w = w * ops.expand_dims(ops.cast(ops.not_equal(ids, self.pad_id), w.dtype), -1)  # (V or V', d)
+        return w
+
     def project(self, x, rows=None):
-        """Logits: x (N, T, d) times the transposed embedding matrix -> (N, T, V) in float32 (the
+        """Logits: x (N, T, d) times the transposed output matrix -> (N, T, V) in float32 (the
         matmul in x's dtype). With rows (V',) int ids, only those rows of the matrix: logits
         (N, T, V') over those ids, in their order."""
-        w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+        w = self.output_matrix(rows)  # (V or V', d)
         logits = ops.matmul(x, ops.transpose(ops.cast(w, x.dtype)))  # (N, T, V or V')
         return ops.cast(logits, "float32")  # (N, T, V or V')
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
-                "pad_id": self.pad_id}
+                "pad_id": self.pad_id, "initializer": self.initializer, "zero_pad_logit": self.zero_pad_logit}
 
 
 # 3.2.1 Scaled dot-product attention
@@ -189,18 +206,21 @@ class MultiHeadAttention(keras.layers.Layer):
       d_model: d.
       num_heads: h; d must be divisible by h.
       dropout_rate: dropout on the attention weights.
+      output_projection: the final projection W^O; without it (the reference 2019) the
+        concatenated heads are the output.
     """
 
-    def __init__(self, d_model, num_heads, dropout_rate=0.0, **kwargs):
+    def __init__(self, d_model, num_heads, dropout_rate=0.0, output_projection=True, **kwargs):
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
+        self.output_projection = output_projection
         self.d_k = d_model // num_heads
         self.query_dense = keras.layers.Dense(d_model, name="query")
         self.key_dense = keras.layers.Dense(d_model, name="key")
         self.value_dense = keras.layers.Dense(d_model, name="value")
-        self.output_dense = keras.layers.Dense(d_model, name="output")
+        self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
         self.dropout = Dropout(dropout_rate)
 
     def build(self, query_shape, memory_shape=None):
@@ -208,7 +228,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense.build(query_shape)
         self.key_dense.build(memory_shape)
         self.value_dense.build(memory_shape)
-        self.output_dense.build(query_shape[:-1] + (self.d_model,))
+        if self.output_dense is not None:
+            self.output_dense.build(query_shape[:-1] + (self.d_model,))
 
     def split_heads(self, x):
         """(N, T, d) -> (N, h, T, d_k)."""
@@ -219,6 +240,11 @@ class MultiHeadAttention(keras.layers.Layer):
         """(N, h, T, d_k) -> (N, T, d)."""
         x = ops.transpose(x, (0, 2, 1, 3))  # (N, T, h, d_k)
         return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], self.d_model))  # (N, T, d)
+
+    def output(self, heads):
+        """Attention output of every head (N, h, T, d_k): concatenated, projected by W^O -> (N, T, d)."""
+        x = self.combine_heads(heads)  # (N, T, d)
+        return x if self.output_dense is None else self.output_dense(x)  # (N, T, d)
 
     def keys_values(self, memory):
         """Keys and values of memory (N, Tk, d), split into heads: a pair of (N, h, Tk, d_k). For
@@ -259,12 +285,12 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend in every head, concatenate the heads, project
         heads = scaled_dot_product_attention(q, k, v, bias, self.dropout, training)  # (N, h, Tq, d_k)
-        out = self.output_dense(self.combine_heads(heads))  # (N, Tq, d)
+        out = self.output(heads)  # (N, Tq, d)
         return out if cache is None else (out, cache)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "dropout_rate": self.dropout_rate}
+                "dropout_rate": self.dropout_rate, "output_projection": self.output_projection}
 
 
 # 3.3 Position-wise feed-forward network
@@ -330,15 +356,27 @@ class AddNorm(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class EncoderBlock(keras.layers.Layer):
-    """Self-attention and feed-forward, each wrapped in AddNorm (section 3.1, encoder)."""
+    """Self-attention and feed-forward, each wrapped in AddNorm (section 3.1, encoder).
 
-    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, **kwargs):
+    Args:
+      d_model, d_ff, num_heads: d, f, h.
+      dropout_rate: on the attention weights and, with residual_dropout, on each sublayer's output.
+      output_projection: W^O in the attention (MultiHeadAttention).
+      residual_dropout: dropout on each sublayer's output before the residual sum (section 5.4).
+      epsilon: layer-norm epsilon.
+    """
+
+    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
+                 residual_dropout=True, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attention")
-        self.self_attention_norm = AddNorm(dropout_rate, name="self_attention_norm")
+        self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
+        residual = dropout_rate if residual_dropout else 0.0
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+                                                 name="self_attention")
+        self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
-        self.feed_forward_norm = AddNorm(dropout_rate, name="feed_forward_norm")
+        self.feed_forward_norm = AddNorm(residual, epsilon, name="feed_forward_norm")
 
     def build(self, x_shape):
         for layer in (self.self_attention, self.self_attention_norm, self.feed_forward,
@@ -354,23 +392,30 @@ class EncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
-                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate}
+                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
+                "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
+                "epsilon": self.epsilon}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DecoderBlock(keras.layers.Layer):
     """Causal self-attention, attention over the encoder output, feed-forward, each wrapped in
-    AddNorm (section 3.1, decoder)."""
+    AddNorm (section 3.1, decoder). Arguments as EncoderBlock's."""
 
-    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, **kwargs):
+    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
+                 residual_dropout=True, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attention")
-        self.self_attention_norm = AddNorm(dropout_rate, name="self_attention_norm")
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, name="cross_attention")
-        self.cross_attention_norm = AddNorm(dropout_rate, name="cross_attention_norm")
+        self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
+        residual = dropout_rate if residual_dropout else 0.0
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+                                                 name="self_attention")
+        self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+                                                  name="cross_attention")
+        self.cross_attention_norm = AddNorm(residual, epsilon, name="cross_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
-        self.feed_forward_norm = AddNorm(dropout_rate, name="feed_forward_norm")
+        self.feed_forward_norm = AddNorm(residual, epsilon, name="feed_forward_norm")
 
     def build(self, x_shape, memory_shape=None):
         memory_shape = x_shape if memory_shape is None else memory_shape
@@ -415,7 +460,9 @@ class DecoderBlock(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
-                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate}
+                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
+                "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
+                "epsilon": self.epsilon}
 
 
 # 5.4 Label smoothing, and the loss

@@ -13,18 +13,28 @@ def bleu_scores(hypotheses, references):
 
     Returns:
       dict: sacrebleu (13a, cased) score and signature; reference (tokenize none, as the
-      reference's multi-bleu.perl on raw text) score and signature.
+      reference's multi-bleu.perl on raw text) score and signature; reference_report, the line
+      multi-bleu.perl prints for that score.
     """
     from sacrebleu.metrics import BLEU
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     out = {}
-    for key, tokenize in (("sacrebleu", "13a"), ("reference", "none")):
-        metric = BLEU(tokenize=tokenize)
-        out[key] = metric.corpus_score(hypotheses, [references]).score
-        out[key + "_signature"] = str(metric.get_signature())
+    # multi-bleu.perl does not smooth: a corpus without a matching 4-gram scores 0
+    for key, tokenize, smooth in (("sacrebleu", "13a", "exp"), ("reference", "none", "none")):
+        metric = BLEU(tokenize=tokenize, smooth_method=smooth)
+        score = metric.corpus_score(hypotheses, [references])
+        out[key], out[key + "_signature"] = score.score, str(metric.get_signature())
+    out["reference_report"] = multi_bleu_report(score)
     return out
+
+
+def multi_bleu_report(score):
+    """A sacrebleu BLEUScore as the reference's multi-bleu.perl prints it, its "ration" included:
+    `BLEU = 23.88, 54.0/30.7/18.6/11.7 (BP=0.974, ration=0.974)`."""
+    precisions = "/".join(f"{p:.1f}" for p in score.precisions)
+    return f"BLEU = {score.score:.2f}, {precisions} (BP={score.bp:.3f}, ration={score.sys_len / max(score.ref_len, 1):.3f})"
 
 
 def read_hypotheses(path):
@@ -38,6 +48,13 @@ def format_scores(scores, split, extra=""):
     return (f"BLEU {split} sacreBLEU = {scores['sacrebleu']:.2f} ({scores['sacrebleu_signature']}){extra}\n"
             f"BLEU {split} reference's way (multi-bleu, whitespace tokens) = {scores['reference']:.2f} "
             f"({scores['reference_signature']}){extra}")
+
+
+def write_hypotheses(path, hypotheses, report):
+    """The reference's results file: one translation per line, then its multi-bleu.perl line."""
+    with atomic_write(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(hypotheses) + "\n" + report + "\n")
 
 
 def write_results(path, sources, references, hypotheses, score_text):

@@ -3,10 +3,14 @@
     python train.py --preset sample
     python train.py --preset multi30k
 
-After every epoch: dev loss, dev BLEU (greedy; all of dev or the first --eval_sentences), a
-checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras, the dev translations in
-<logdir>/eval/, TensorBoard scalars in <logdir>/tensorboard and one JSON line in
-<logdir>/history.jsonl. Every --save_every_steps steps, and on SIGINT/SIGTERM, a mid-epoch checkpoint
+After every epoch: dev loss, dev BLEU (greedy, whole sentences; all of dev or the first
+--eval_sentences), a checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras (B the
+reference's way, multi-bleu.perl on raw text, as in its iwslt2016_E19L2.64B28.06), the dev
+translations in <logdir>/eval/ (<name>.txt: source / expected / got and both BLEUs; <name>: the
+reference's layout, one translation a line and the multi-bleu line), TensorBoard scalars (every
+step's loss and learning rate, every epoch's figures and three dev translations) in
+<logdir>/tensorboard and one JSON line in <logdir>/history.jsonl; <logdir>/specs lists the weights.
+Every --save_every_steps steps, and on SIGINT/SIGTERM, a mid-epoch checkpoint
 <logdir>/ckpt/steps/S<step>.keras. Every checkpoint holds the optimizer state, the position in the
 epoch and the random state. Started again with the same command, training resumes from the newest
 checkpoint, as if it had never stopped.
@@ -27,7 +31,7 @@ import data_load
 import devices
 import hyperparams
 from decoding import translate_lines
-from scoring import bleu_scores, format_scores, write_results
+from scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from utils import UserError, run_cli, section
 
 
@@ -112,6 +116,7 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
             batch_count = float(keras.ops.convert_to_numpy(self.tracker.count))
             self.tracker.reset_state()
             step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            self.batch_loss = batch_total / max(batch_count, 1e-9)
             if np.isfinite(batch_total):
                 self.loss_total += batch_total
                 self.loss_count += batch_count
@@ -135,6 +140,33 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
     return Guard()
 
 
+def step_scalars_callback(logdir, guard):
+    """A Keras callback that writes every step's training loss and learning rate to TensorBoard
+    (as the reference's training loop did), under step/; after the guard, which reads the loss.
+    None where TensorFlow (which writes the event files) is not installed."""
+    import keras
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return None
+
+    class StepScalars(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.writer = tf.summary.create_file_writer(os.path.join(logdir, "tensorboard"))
+
+        def on_train_batch_end(self, batch, logs=None):
+            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            with self.writer.as_default(step=step):
+                tf.summary.scalar("step/loss", guard.batch_loss)
+                tf.summary.scalar("step/lr", lr)
+
+        def on_train_end(self, logs=None):
+            self.writer.close()
+
+    return StepScalars()
+
+
 def check_logdir(hp):
     """Refuse to mix runs: a logdir whose saved model settings differ from these."""
     path = os.path.join(hp.logdir, "hparams.json")
@@ -148,8 +180,18 @@ def check_logdir(hp):
                         f"pass a new --logdir, or remove {hp.logdir} to start over")
 
 
-def write_scalars(logdir, epoch, values):
-    """Append one JSON line to history.jsonl and, on TensorFlow, TensorBoard scalars."""
+def write_specs(model, logdir):
+    """<logdir>/specs, as the reference's save_variable_specs: the parameter count, then every
+    weight's name and shape, one a line."""
+    lines = [f"num_params: {model.count_params()}"] + [f"{w.path}==={tuple(w.shape)}" for w in model.weights]
+    with open(os.path.join(logdir, "specs"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_scalars(logdir, epoch, values, samples=()):
+    """Append one JSON line to history.jsonl; TensorBoard scalars for the epoch and, as the
+    reference's evaluation did, a few dev translations as text (samples: (source, translation,
+    reference) triples). TensorBoard only where TensorFlow is installed."""
     with open(os.path.join(logdir, "history.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps({"epoch": epoch, **values}) + "\n")
     try:
@@ -157,10 +199,12 @@ def write_scalars(logdir, epoch, values):
     except ImportError:
         return
     writer = tf.summary.create_file_writer(os.path.join(logdir, "tensorboard"))
-    with writer.as_default():
+    with writer.as_default(step=epoch):
         for key, value in values.items():
             if isinstance(value, (int, float)):
-                tf.summary.scalar(key, value, step=epoch)
+                tf.summary.scalar(key, value)
+        for i, (source, got, expected) in enumerate(samples):
+            tf.summary.text(f"dev/{i}", f"source: {source}\n\ntranslation: {got}\n\nreference: {expected}")
     writer.close()
 
 
@@ -179,7 +223,7 @@ def load_data(hp, run):
     sp = data_load.load_vocab(hp.prepro_dir)
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
                                    hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
-                                   run.length_multiple)
+                                   run.length_multiple, hp.batch_sentences)
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
           f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
           f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
@@ -238,7 +282,7 @@ def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
         else:  # NumPy batches: no TensorFlow needed
             dataset = train.batches(rest)
         model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
-                  callbacks=[guard, progress])
+                  callbacks=[c for c in (guard, step_scalars_callback(out.logdir, guard), progress) if c])
     fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
     if guard.nonfinite:
         step, batch, value = guard.nonfinite
@@ -265,14 +309,18 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
     start = time.time()
     dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev.loss_batches]))
-    hypotheses = translate_lines(model, sp, dev.sources, hp.maxlen1, hp.eval_tokens_per_batch, desc="dev BLEU")
+    hypotheses = translate_lines(model, sp, dev.sources, hp.maxlen1, hp.eval_tokens_per_batch, desc="dev BLEU",
+                                 source=os.path.join(hp.prepro_dir, f"dev.{hp.src_lang}"), whole=True)
     scores = bleu_scores(hypotheses, dev.references)
     eval_seconds = time.time() - start
 
-    name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['sacrebleu']:.2f}"
+    # Named as the reference names its checkpoints: E<epoch>L<training loss>B<dev BLEU the
+    # multi-bleu.perl way>, comparable with its iwslt2016_E19L2.64B28.06.
+    name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['reference']:.2f}"
     start = time.time()
     write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev.sources, dev.references, hypotheses,
                   format_scores(scores, "dev"))
+    write_hypotheses(os.path.join(out.logdir, "eval", name), hypotheses, scores["reference_report"])
     checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
                      checkpoints.training_state(model, epoch + 1, 0, 0.0, 0.0))
     checkpoints.prune(out.logdir, hp.keep_checkpoints)
@@ -285,7 +333,8 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
         dev_bleu_reference=scores["reference"], lr=lr,
         step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
         train_seconds=progress.seconds, fit_seconds=fit_seconds, eval_seconds=eval_seconds,
-        save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds))
+        save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds),
+        samples=list(zip(dev.sources, hypotheses, dev.references))[:3])
     print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
           f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
           f"{sum(tokens) / seconds:.0f} target tok/s, train {progress.seconds:.0f}s, "
@@ -319,6 +368,7 @@ def main(argv=None):
     model, start_epoch, start_batch, carry = build_or_resume(hp, run, train, vocab_size, total_steps)
     print(f"{model.count_params():,} parameters; softmax over {model.output_size:,} of {model.vocab_size:,} ids "
           f"(--output_vocab {model.output_vocab})")
+    write_specs(model, out.logdir)
     if start_epoch >= hp.num_epochs:
         print(f"{hp.logdir} already holds {start_epoch} epochs (num_epochs {hp.num_epochs}): nothing to do")
         return

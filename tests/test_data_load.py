@@ -96,6 +96,22 @@ def test_every_epoch_has_a_new_plan_that_covers_every_pair_once():
     assert [b.tolist() for b in other_seed.plan(0)] != plans[0]
 
 
+def test_sentence_batches_are_the_references_random_fixed_size_batches():
+    """--batch_sentences 128 (the reference's batching): every pair once an epoch, in random
+    order, 128 a batch (the last one smaller), padded to its longest; a new order every epoch."""
+    src_lens, tgt_lens = random_lengths(300, seed=2)
+    src = [np.arange(4, 3 + n) for n in src_lens]
+    tgt = [np.arange(4, 3 + n) for n in tgt_lens]
+    tb = data_load.TrainBatches(src, tgt, 256, seed=7, maxlen1=100, maxlen2=100, multiple=1, batch_sentences=128)
+    plan = tb.plan(0)
+    assert [len(b) for b in plan] == [128, 128, 44]
+    assert sorted(i for b in plan for i in b) == list(range(300))
+    assert not all(np.diff(tb.src_lens[plan[0]]) >= 0)  # not sorted by length: random sentences
+    assert [b.tolist() for b in tb.plan(1)] != [b.tolist() for b in plan]
+    (x, _), y = next(tb.batches(plan[:1]))
+    assert x.shape == (128, tb.src_lens[plan[0]].max()) and y.shape == (128, tb.tgt_lens[plan[0]].max())
+
+
 def test_filter_long_keeps_pairs_of_exactly_maxlen_tokens_with_eos():
     maxlen1, maxlen2 = 10, 12
     # ids without </s>: n ids are n + 1 tokens; around each limit, one side at a time

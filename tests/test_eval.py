@@ -104,3 +104,37 @@ def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
     run = run_script("eval.py", "--logdir", str(logdir))
     assert_one_line_error(run, rf"{re.escape(str(logdir / 'hparams.json'))}: not valid JSON \(.*line 4 column 1\b")
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monkeypatch, capsys):
+    """As the reference's evaluation: a dev sentence three times maxlen1 (50) is translated as one
+    sequence, not cut into pieces (translate.py still cuts, with a note)."""
+    import shutil
+
+    import data_load
+    import decoding
+    import eval as evaluation
+
+    tmp, _, _ = quick_start
+    prepro = tmp_path / "prepro"
+    shutil.copytree(tmp / "prepro", prepro)
+    sp = data_load.load_vocab(str(prepro))
+    train = data_load.load_text(str(prepro), "train", "de")
+    long, i = "", 0
+    while len(sp.encode(long)) < 150:
+        long, i = f"{long} {train[i]}".strip(), i + 1
+    for lang, first in (("de", long), ("en", "A long sentence.")):
+        lines = data_load.load_text(str(prepro), "dev", lang)
+        with open(prepro / f"dev.{lang}", "w", encoding="utf-8") as f:
+            f.write("\n".join([first] + lines[1:]) + "\n")
+    lengths = []
+    plain = decoding.translate
+    monkeypatch.setattr(decoding, "translate", lambda model, sp, seqs, *a, **k: lengths.extend(map(len, seqs))
+                        or plain(model, sp, seqs, *a, **k))
+    evaluation.main(["--preset", "sample", "--prepro_dir", str(prepro), "--logdir", str(tmp / "log"),
+                     "--split", "dev"])
+    assert len(lengths) == 50 and max(lengths) == len(sp.encode(long)) >= 150
+    assert "pieces" not in capsys.readouterr().err
+    cut = decoding.translate_lines(evaluation.load_trained(evaluation.hyperparams.load_hparams(str(tmp / "log")))[0],
+                                   sp, [long], 50, 4096, source="x")
+    assert len(lengths) > 51 and "translated in" in capsys.readouterr().err and cut[0]

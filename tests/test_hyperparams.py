@@ -8,13 +8,50 @@ from conftest import run_script
 from utils import UserError
 
 
-def test_presets_are_valid_and_keep_the_reference_settings():
+# The reference's 2019 experiment, field by field: (Hparams field, its value, where the reference
+# sets it). Files of github.com/Kyubyong/transformer (2019 version): hparams.py at 85e2dd9,
+# model.py at 3a6723b, modules.py at 03e4c7c, data_load.py at 26a0847.
+REFERENCE_2019 = [
+    ("vocab_size", 32000, "hparams.py:7 --vocab_size 32000"),
+    ("batch_sentences", 128, "hparams.py:27 --batch_size 128; data_load.py input_fn: padded_batch of random sentences"),
+    ("lr", 3e-4, "hparams.py:30 --lr 0.0003 (noam_scheme's peak, reached at warmup_steps)"),
+    ("warmup_steps", 4000, "hparams.py:31 --warmup_steps 4000"),
+    ("num_epochs", 20, "hparams.py:33 --num_epochs 20"),
+    ("d_model", 512, "hparams.py:37 --d_model 512"),
+    ("d_ff", 2048, "hparams.py:39 --d_ff 2048"),
+    ("num_blocks", 6, "hparams.py:41 --num_blocks 6"),
+    ("num_heads", 8, "hparams.py:43 --num_heads 8"),
+    ("maxlen1", 100, "hparams.py:45 --maxlen1 100"),
+    ("maxlen2", 100, "hparams.py:47 --maxlen2 100"),
+    ("dropout_rate", 0.3, "hparams.py:49 --dropout_rate 0.3"),
+    ("smoothing", 0.1, "hparams.py:50 --smoothing 0.1 (never passed on: modules.py label_smoothing's default 0.1)"),
+    ("positional", "sinusoid", "model.py:53 and :94 positional_encoding (modules.py: sin/cos table)"),
+    ("lr_decay", "rsqrt", "model.py:150 noam_scheme (modules.py: init_lr * warmup^0.5 * min(step * warmup^-1.5, step^-0.5))"),
+    ("output_vocab", "all", "model.py:125-126 logits over the whole shared matrix; :144 one_hot(y, depth=vocab_size)"),
+    ("pad_logit", "zero", "model.py:36 get_token_embeddings(zero_pad=True); modules.py:51-53 the zero row is "
+                          "part of the matrix that model.py:125 uses for the logits"),
+    ("embedding_init", "xavier", "modules.py:50 tf.contrib.layers.xavier_initializer()"),
+    ("layer_norm_epsilon", 1e-8, "modules.py:14 ln(inputs, epsilon=1e-8)"),
+    ("attention_output", False, "modules.py multihead_attention: heads concatenated, then the residual; no W^O"),
+    ("residual_dropout", False, "model.py:54 and :95 dropout on the embeddings, modules.py "
+                                "scaled_dot_product_attention on the weights; none on sublayer outputs"),
+    ("adam_beta2", 0.999, "model.py:151 tf.train.AdamOptimizer(lr): TensorFlow's default beta2"),
+    ("adam_epsilon", 1e-8, "model.py:151 tf.train.AdamOptimizer(lr): TensorFlow's default epsilon"),
+]
+
+
+def test_presets_are_valid_and_the_iwslt2016_one_is_the_references_experiment():
     for name in hyperparams.PRESETS:
         hyperparams.validate(hyperparams.preset(name))
     ref = hyperparams.preset("iwslt2016")
-    assert (ref.d_model, ref.d_ff, ref.num_blocks, ref.num_heads) == (512, 2048, 6, 8)
-    assert (ref.vocab_size, ref.maxlen1, ref.maxlen2, ref.num_epochs) == (32000, 100, 100, 20)
-    assert (ref.warmup_steps, ref.smoothing) == (4000, 0.1)
+    wrong = [f"{field}: {getattr(ref, field)!r}, the reference {value!r} ({where})"
+             for field, value, where in REFERENCE_2019 if getattr(ref, field) != value]
+    assert not wrong, wrong
+    # the improved preset differs only in the settings README's "Beat the reference" names
+    improved = hyperparams.preset("iwslt2016_improved")
+    changed = {f for f in hyperparams.field_names() if getattr(ref, f) != getattr(improved, f)}
+    assert changed == {"logdir", "batch_sentences", "attention_output", "residual_dropout", "layer_norm_epsilon",
+                       "embedding_init", "pad_logit", "output_vocab", "adam_beta2", "adam_epsilon"}
 
 
 def test_overrides_for_every_field():

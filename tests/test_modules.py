@@ -35,6 +35,21 @@ def test_layer_output_shapes():
     assert tuple(dec.shape) == (N, T2, D)
 
 
+@pytest.mark.parametrize("output_projection", [True, False])
+def test_attention_projections_are_linear(output_projection):
+    """The legacy reference put a ReLU on the Q/K/V projections; the paper's are linear. Over a
+    single key every query gets weight 1 on its value, so the output is an affine function of the
+    memory: out(a m) = a out(m) + (1 - a) out(0), negative a included (a ReLU breaks that). Without
+    W^O (the reference 2019) the output is the concatenated heads, d wide as well."""
+    mha = modules.MultiHeadAttention(D, H, output_projection=output_projection)
+    q, m = rand(N, T2, D), rand(N, 1, D, seed=1)
+    out = lambda memory: ops.convert_to_numpy(mha(q, memory))  # noqa: E731
+    zero = out(np.zeros_like(m))
+    for a in (-1.0, 2.0):
+        np.testing.assert_allclose(out(a * m), a * out(m) + (1 - a) * zero, atol=1e-5)
+    assert len(mha.weights) == (8 if output_projection else 6)
+
+
 def test_pad_embeds_to_zeros_and_is_scaled():
     emb = modules.TokenEmbedding(V, D)
     out = ops.convert_to_numpy(emb(np.array([[0, 5]])))

@@ -139,6 +139,16 @@ def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline,
 
 # The quick start's run (conftest.quick_start): end to end, resuming, and a broken TF_CONFIG
 
+def tensorboard_tags(folder):
+    import tensorflow as tf
+
+    tags = set()
+    for name in os.listdir(folder):
+        for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
+            tags |= {v.tag for v in tf.compat.v1.Event.FromString(record.numpy()).summary.value}
+    return tags
+
+
 def test_quick_start_end_to_end(quick_start):
     tmp, _, (prepro, train, evaluation) = quick_start
     for run in (prepro, train, evaluation):
@@ -150,7 +160,18 @@ def test_quick_start_end_to_end(quick_start):
     assert history[-1]["dev_bleu"] > 20  # the sample is learnable: a broken model stays near 0
     ckpts = os.listdir(tmp / "log" / "ckpt")
     assert len(ckpts) == 5 and all(re.fullmatch(r"E\d\dL\d+\.\d\dB\d+\.\d\d\.keras", c) for c in ckpts)
-    assert os.listdir(tmp / "log" / "tensorboard")
+    # B is the dev BLEU the reference's way (multi-bleu.perl), as in its iwslt2016_E19L2.64B28.06
+    for h in history[-5:]:
+        name = f"E{h['epoch']:02d}L{h['train_loss']:.2f}B{h['dev_bleu_reference']:.2f}"
+        assert name + ".keras" in ckpts
+        lines = open(tmp / "log" / "eval" / name, encoding="utf-8").read().splitlines()
+        assert len(lines) == 51 and re.fullmatch(rf"BLEU = {h['dev_bleu_reference']:.2f}, [\d./]+ "
+                                                 r"\(BP=[\d.]+, ration=[\d.]+\)", lines[-1])
+    assert history[-1]["dev_bleu_reference"] != pytest.approx(history[-1]["dev_bleu"], abs=0.01)
+    specs = open(tmp / "log" / "specs", encoding="utf-8").read().splitlines()
+    assert specs[0].startswith("num_params: ") and any("embeddings===(400, 64)" in line for line in specs)
+    tags = tensorboard_tags(tmp / "log" / "tensorboard")
+    assert {"step/loss", "step/lr", "dev_bleu", "dev_bleu_reference", "dev/0", "dev/2"} <= tags
     last = evaluation.stdout.strip().splitlines()[-2:]
     assert last[0].startswith("BLEU test sacreBLEU = ") and "tok:13a" in last[0]
     assert last[1].startswith("BLEU test reference's way (multi-bleu, whitespace tokens) = ")
