@@ -8,6 +8,11 @@ only whole checkpoints.
 
     <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras   after every epoch (the reference's naming)
     <logdir>/ckpt/steps/S<step>.keras                      mid-epoch, every --save_every_steps
+    <logdir>/vocab/{bpe.model,meta.json}                   the run's copy of its vocabulary
+
+The log directory is the trained model: with its vocabulary copy, eval.py and translate.py need no
+prepro folder's sentencepiece model, and every checkpoint records the checksum of the vocabulary
+it was trained with.
 """
 import json
 import os
@@ -17,12 +22,53 @@ import zipfile
 
 import numpy as np
 
+import data_load
 import hyperparams
 from utils import UserError, atomic_write
 
 EPOCH_CHECKPOINT = re.compile(r"^E(\d+)L([\d.]+|nan|inf)B([\d.]+)\.keras$")
 STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
 STATE_FILE = "training_state.json"
+VOCAB_DIR = "vocab"
+# meta.json entries that say which data a prepro folder holds (the others describe it)
+DATA_KEYS = ("bpe_sha256", "vocab_size", "pairs", "src_lang", "tgt_lang", "corpus", "data_dir")
+
+
+# The vocabulary: the run's own copy
+
+def keep_vocabulary(prepro_dir, logdir):
+    """Copy prepro_dir's sentencepiece model and meta.json into <logdir>/vocab (checked first)."""
+    data_load.load_vocab(prepro_dir)  # the model is the one that wrote the ids
+    for name in ("bpe.model", "meta.json"):
+        with open(os.path.join(prepro_dir, name), "rb") as f:
+            data = f.read()
+        with atomic_write(os.path.join(logdir, VOCAB_DIR, name)) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+
+
+def vocabulary(logdir, prepro_dir):
+    """(sentencepiece processor, its meta) of a trained run: <logdir>/vocab, or for a run from
+    before that copy existed, prepro_dir's."""
+    own = os.path.join(logdir, VOCAB_DIR)
+    where = own if os.path.isfile(os.path.join(own, "meta.json")) else prepro_dir
+    return data_load.load_vocab(where), data_load.load_meta(where)
+
+
+def check_same_data(logdir, prepro_dir):
+    """A UserError unless prepro_dir holds the data the run in logdir started on (by its meta.json
+    and vocabulary checksum); quiet for a run from before <logdir>/vocab existed."""
+    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        then = json.load(f)
+    now = data_load.load_meta(prepro_dir)
+    changed = [key for key in DATA_KEYS if then.get(key) != now.get(key)]
+    if changed:
+        raise UserError(f"{prepro_dir} no longer holds the data this run started on ({', '.join(changed)} "
+                        f"differ from {path}); run prepro.py again as before, pass the --prepro_dir it "
+                        f"trained on, or start a new --logdir")
 
 
 # Finding them
@@ -84,13 +130,20 @@ def seed_states(model):
     return [v for v in model.variables if id(v) not in weights]
 
 
-def training_state(model, epoch, batch, loss_total, loss_count):
-    """What a checkpoint needs besides weights and optimizer to continue exactly where it was."""
+def training_state(model, logdir, epoch, batch, loss_total, loss_count):
+    """What a checkpoint needs besides weights and optimizer to continue exactly where it was, and
+    the checksum of the vocabulary it is trained with (<logdir>/vocab)."""
     import keras
 
+    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            bpe_sha256 = json.load(f).get("bpe_sha256")
+    else:  # a worker's scratch directory
+        bpe_sha256 = None
     return dict(epoch=epoch, batch=batch, step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
                 rng=[keras.ops.convert_to_numpy(v).tolist() for v in seed_states(model)],
-                loss_total=loss_total, loss_count=loss_count)
+                loss_total=loss_total, loss_count=loss_count, bpe_sha256=bpe_sha256)
 
 
 def save(model, path, state):
@@ -119,9 +172,10 @@ def prune_steps(logdir, keep=0):
 
 # Loading
 
-def load(path, hp):
+def load(path, hp, vocabulary_meta=None):
     """The model of a .keras checkpoint written by train.py, uncompiled; a UserError if it is
-    missing, damaged, or of other settings than hp's."""
+    missing, damaged, of other settings than hp's, or trained with another vocabulary than
+    vocabulary_meta's (the meta.json of the vocabulary it is to be used with)."""
     import keras
 
     import fast
@@ -135,6 +189,11 @@ def load(path, hp):
     except Exception as e:  # Keras raises many types for a damaged or foreign file
         raise UserError(f"{path}: cannot load this checkpoint ({type(e).__name__}: {str(e).splitlines()[0]}); "
                         f"is it a complete .keras file written by train.py?") from None
+    vocabulary_meta = vocabulary_meta or {}
+    trained_with = (read_state(path) or {}).get("bpe_sha256")
+    if trained_with and vocabulary_meta.get("bpe_sha256") not in (None, trained_with):
+        raise UserError(f"{path}: trained with another vocabulary than the run's own ({VOCAB_DIR}/bpe.model "
+                        f"checksum differs); use the checkpoint with the log directory it was trained in")
     wanted = {f: getattr(hp, f) for f in hyperparams.MODEL_FIELDS}
     got = {f: getattr(m, f) for f in hyperparams.MODEL_FIELDS}
     if wanted != got:
@@ -159,12 +218,12 @@ def restore(path, state, hp, total_steps=None):
     return m
 
 
-def average(paths, hp):
+def average(paths, hp, vocabulary_meta=None):
     """The model of the last of paths, with the element-wise mean of all their weights."""
-    m = load(paths[-1], hp)
+    m = load(paths[-1], hp, vocabulary_meta)
     total = [np.zeros_like(w, dtype=np.float64) for w in m.get_weights()]
     for path in paths:
-        for acc, w in zip(total, load(path, hp).get_weights()):
+        for acc, w in zip(total, load(path, hp, vocabulary_meta).get_weights()):
             acc += w
     m.set_weights([(acc / len(paths)).astype(w.dtype) for acc, w in zip(total, m.get_weights())])
     return m

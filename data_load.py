@@ -33,6 +33,8 @@ def load_vocab(prepro_dir):
 
     meta = load_meta(prepro_dir)
     path = os.path.join(prepro_dir, "bpe.model")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: the sentencepiece model is missing; restore it or run prepro.py again")
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     if digest != meta["bpe_sha256"]:

@@ -422,18 +422,18 @@ def split_long(sp, text, max_tokens):
 
 
 def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",
-                    source=None, whole=False):
+                    source=None, whole=False, first_line=1):
     """Translations of text lines, one per line, in order.
 
     Empty lines give empty lines. A line longer than maxlen1 - 1 tokens (room for </s>) is cut by
     split_long and its pieces are translated one by one and joined; with whole (evaluation, as the
     reference) it is translated whole, unless the model's learned positions stop at maxlen1. With
     `source` (a name for messages) a note on stderr says where a line was cut. Batches are formed
-    by tokens, so memory stays bounded.
+    by tokens, so memory stays bounded. first_line: the number of lines[0] in those messages.
     """
     limit = maxlen1 - 1 if not whole or model.positional == "learned" else None
     pieces, owner = [], []
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(lines, first_line):
         if not line.strip():
             continue
         parts = [sp.encode(line.strip())] if limit is None else split_long(sp, line.strip(), limit)
@@ -441,7 +441,7 @@ def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, al
             print(f"note: {source}:{lineno}: {sum(map(len, parts))} tokens, longer than maxlen1 {maxlen1}: "
                   f"translated in {len(parts)} pieces", file=sys.stderr)
         pieces += parts
-        owner += [lineno - 1] * len(parts)
+        owner += [lineno - first_line] * len(parts)
     outputs = translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc) if pieces else []
     translations = [""] * len(lines)
     for i, text in zip(owner, outputs):

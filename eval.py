@@ -18,11 +18,12 @@ import checkpoints
 import data_load
 import hyperparams
 from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import UserError, run_cli, section
+from utils import UserError, check_writable, run_cli, section
 
 
 def load_trained(hp, ckpt=None, preset="sample", average_last=1):
-    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary.
+    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
+    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed).
 
     With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
 
@@ -33,6 +34,7 @@ def load_trained(hp, ckpt=None, preset="sample", average_last=1):
     if ckpt is None and not found:
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
                         f"(python train.py --preset {preset}) or pass --ckpt")
+    sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
     if average_last > 1:
         if ckpt is not None:
             raise UserError("--average_last averages the newest checkpoints of --logdir: drop --ckpt")
@@ -41,10 +43,9 @@ def load_trained(hp, ckpt=None, preset="sample", average_last=1):
                             f"{os.path.join(hp.logdir, 'ckpt')} (keep more with --keep_checkpoints)")
         paths = [p for _, p in found[-average_last:]]
         name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{average_last}.keras"
-        return (checkpoints.average(paths, hp), data_load.load_vocab(hp.prepro_dir),
-                os.path.join(os.path.dirname(paths[-1]), name))
+        return (checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name))
     ckpt = found[-1][1] if ckpt is None else ckpt
-    return checkpoints.load(ckpt, hp), data_load.load_vocab(hp.prepro_dir), ckpt
+    return checkpoints.load(ckpt, hp, meta), sp, ckpt
 
 
 def add_decoding_arguments(parser):
@@ -71,6 +72,7 @@ def main(argv=None):
     model, sp, ckpt = load_trained(hp, args.ckpt, args.preset, args.average_last)
     print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
 
+    check_writable(os.path.join(hp.logdir, "results"))  # before translating, not after
     section(f"Translate the {args.split} split")
     from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)

@@ -142,6 +142,16 @@ PRESETS = {
 # model with the same ones.
 MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2", "output_vocab",
                 "attention_output", "layer_norm_epsilon", "pad_logit")
+# Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
+# its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
+# checkpoint means. train.py records each change with its step in hparams.json. The optimizer's
+# settings are among them (lowering --lr is the cure for a diverged run); a moved prepro_dir must
+# still hold the run's data (checkpoints.check_same_data). Every other field is fixed once a run
+# has a checkpoint.
+RESUMABLE_FIELDS = ("num_epochs", "save_every_steps", "keep_checkpoints", "keep_step_checkpoints",
+                    "eval_sentences", "eval_tokens_per_batch", "kernels", "jit_compile", "strategy",
+                    "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir", "logdir",
+                    "lr", "warmup_steps", "smoothing", "adam_beta2", "adam_epsilon")
 # What a field added after a run was saved meant before it existed (load_hparams).
 SAVED_BEFORE = {"output_vocab": "all"}
 
@@ -274,15 +284,25 @@ def parse_args(description, argv=None, add_arguments=None):
     return validate(hp), args, overrides
 
 
-def save_hparams(hp, logdir):
-    """Write hp as JSON to <logdir>/hparams.json (atomically)."""
+def save_hparams(hp, logdir, changes=()):
+    """Write hp as JSON to <logdir>/hparams.json (atomically), with `changes`: the record of
+    settings changed on resuming, [{"step": s, field: [before, after], ...}, ...]."""
     os.makedirs(logdir, exist_ok=True)
     path = os.path.join(logdir, "hparams.json")
+    record = dataclasses.asdict(hp)
+    if changes:
+        record["changes"] = list(changes)
     with atomic_write(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(dataclasses.asdict(hp), f, indent=2, sort_keys=True)
+            json.dump(record, f, indent=2, sort_keys=True)
             f.write("\n")
     return path
+
+
+def saved_changes(logdir):
+    """The record of settings changed on resuming, from <logdir>/hparams.json ([] if none)."""
+    with open(os.path.join(logdir, "hparams.json"), encoding="utf-8") as f:
+        return json.load(f).get("changes", [])
 
 
 def load_hparams(logdir):
@@ -296,6 +316,7 @@ def load_hparams(logdir):
             saved = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not valid JSON ({e}); restore it or train again") from None
+    saved.pop("changes", None)  # the record of settings changed on resuming (save_hparams)
     unknown = sorted(set(saved) - set(field_names()))
     if unknown:
         raise UserError(f"{path}: unknown settings {', '.join(unknown)}; was it written by another version?")

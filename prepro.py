@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 import hyperparams
-from utils import UserError, run_cli, section
+from utils import UserError, check_writable, run_cli, section
 
 SPLITS = ("train", "dev", "test")
 IWSLT_SETS = {"dev": "tst2013", "test": "tst2014"}
@@ -293,8 +293,32 @@ def sha256_file(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def prepro(hp):
-    """Read the corpus, train BPE, write ids. Returns {split: number of pairs}."""
+def made_from(hp):
+    """The settings that decide what a prepro folder holds."""
+    return {f: getattr(hp, f) for f in ("corpus", "data_dir", "src_lang", "tgt_lang", "train_prefix",
+                                        "dev_prefix", "test_prefix", "vocab_size", "seed")}
+
+
+def check_replace(hp, overwrite):
+    """A UserError if hp.prepro_dir holds a folder made from other data or settings and overwrite
+    is off (building the same again is fine)."""
+    path = os.path.join(hp.prepro_dir, "meta.json")
+    if overwrite or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    then = meta.get("made_from") or {k: meta.get(k) for k in ("corpus", "data_dir", "src_lang", "tgt_lang")}
+    now = made_from(hp)
+    diff = [f"{k} {then[k]} -> {now[k]}" for k in then if then[k] != now.get(k)]
+    if diff:
+        raise UserError(f"{hp.prepro_dir} holds a folder made from other data ({', '.join(diff)}); pass "
+                        f"--overwrite to replace it (trained runs keep their own copy of its vocabulary) or "
+                        f"choose another --prepro_dir")
+
+
+def prepro(hp, overwrite=False):
+    """Read the corpus, train BPE, write ids (replacing a folder made from other data only with
+    overwrite). Returns {split: number of pairs}."""
     section("Check the raw files")
     files = corpus_files(hp)
     data = {}
@@ -310,6 +334,7 @@ def prepro(hp):
             raise UserError(f"{src_path}: no sentences in the {split} split; is the file empty?")
         data[split] = (src, tgt)
         print(f"{split}: {len(src)} pairs from {src_path} and {tgt_path}")
+    check_replace(hp, overwrite)
 
     out_dir = os.path.abspath(hp.prepro_dir)
     parent = os.path.dirname(out_dir)
@@ -335,7 +360,7 @@ def prepro(hp):
             counts[split] = len(src)
         meta = dict(vocab_size=sp.get_piece_size(), pairs=counts, src_lang=hp.src_lang,
                     tgt_lang=hp.tgt_lang, corpus=hp.corpus, data_dir=hp.data_dir,
-                    bpe_sha256=sha256_file(os.path.join(work, "bpe.model")))
+                    bpe_sha256=sha256_file(os.path.join(work, "bpe.model")), made_from=made_from(hp))
         with open(os.path.join(work, "meta.json"), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
         # swap the finished folder in: readers never see a half-written prepro_dir
@@ -357,11 +382,14 @@ def main(argv=None):
         parser.add_argument("--download", action="store_true",
                             help="fetch the corpus into --data_dir first (Multi30k for parallel, "
                                  "IWSLT 2016 for iwslt), checking checksums")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace a --prepro_dir made from other data or settings")
     hp, args, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
+    check_writable(os.path.dirname(os.path.abspath(hp.prepro_dir)))
     if args.download:
         section(f"Download into {hp.data_dir}")
         download(hp)
-    counts = prepro(hp)
+    counts = prepro(hp, args.overwrite)
     for split, n in counts.items():
         print(f"split {split}: {n} pairs")
     print(f"wrote vocabulary and ids to {hp.prepro_dir}")

@@ -32,7 +32,7 @@ import devices
 import hyperparams
 from decoding import translate_lines
 from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import UserError, run_cli, section
+from utils import UserError, lock_directory, run_cli, section
 
 
 def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step, guard):
@@ -132,7 +132,7 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
 
         def save(self, step):
             path = os.path.join(hp.logdir, "ckpt", "steps", f"S{step:08d}.keras")
-            checkpoints.save(self.model, path, checkpoints.training_state(self.model, epoch, self.batch,
+            checkpoints.save(self.model, path, checkpoints.training_state(self.model, hp.logdir, epoch, self.batch,
                                                                           self.loss_total, self.loss_count))
             checkpoints.prune_steps(hp.logdir, hp.keep_step_checkpoints)
             self.saved, self.last_saved_step = path, step
@@ -167,17 +167,37 @@ def step_scalars_callback(logdir, guard):
     return StepScalars()
 
 
-def check_logdir(hp):
-    """Refuse to mix runs: a logdir whose saved model settings differ from these."""
-    path = os.path.join(hp.logdir, "hparams.json")
-    if not os.path.isfile(path):
-        return
+def settings_for_resume(hp, step):
+    """The settings to resume hp.logdir's run with, at `step`: hp where it changes only
+    RESUMABLE_FIELDS (each change printed and recorded in hparams.json with its step); a UserError
+    listing every other difference, since the run's weights were trained with its saved values."""
     saved = hyperparams.load_hparams(hp.logdir)
-    diff = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in hyperparams.MODEL_FIELDS + ("prepro_dir",)
-            if getattr(saved, f) != getattr(hp, f)]
-    if diff and checkpoints.epoch_checkpoints(hp.logdir):
-        raise UserError(f"{path}: this logdir holds a run with other settings ({', '.join(diff)}); "
-                        f"pass a new --logdir, or remove {hp.logdir} to start over")
+    diff = [f for f in hyperparams.field_names() if getattr(saved, f) != getattr(hp, f)]
+    fixed = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in diff if f not in hyperparams.RESUMABLE_FIELDS]
+    if fixed:
+        raise UserError(f"{os.path.join(hp.logdir, 'hparams.json')}: this run was trained with other settings "
+                        f"({', '.join(fixed)}); a resumed run keeps them: drop those options, or pass a new "
+                        f"--logdir (or remove {hp.logdir}) to start over")
+    changed = {f: [getattr(saved, f), getattr(hp, f)] for f in diff if f != "logdir"}
+    if changed:
+        print(f"resuming with changed settings from step {step}: "
+              + ", ".join(f"{f} {a} -> {b}" for f, (a, b) in changed.items()))
+        hyperparams.save_hparams(hp, hp.logdir, hyperparams.saved_changes(hp.logdir) + [{"step": step, **changed}])
+    return hp
+
+
+def start_or_resume(hp, out):
+    """Check the log directory before training: a run already in it is resumed only with the
+    settings and data it started with (settings_for_resume, checkpoints.check_same_data); a new run
+    gets its settings and its copy of the vocabulary (checkpoints.keep_vocabulary)."""
+    found = checkpoints.newest(hp.logdir)
+    if found:
+        settings_for_resume(hp, found[1].get("step", 0))
+        checkpoints.check_same_data(hp.logdir, hp.prepro_dir)
+    else:
+        print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
+    if not os.path.isfile(os.path.join(out.logdir, checkpoints.VOCAB_DIR, "meta.json")):
+        checkpoints.keep_vocabulary(hp.prepro_dir, out.logdir)
 
 
 def write_specs(model, logdir):
@@ -322,7 +342,7 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
                   format_scores(scores, "dev"))
     write_hypotheses(os.path.join(out.logdir, "eval", name), hypotheses, scores["reference_report"])
     checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
-                     checkpoints.training_state(model, epoch + 1, 0, 0.0, 0.0))
+                     checkpoints.training_state(model, out.logdir, epoch + 1, 0, 0.0, 0.0))
     checkpoints.prune(out.logdir, hp.keep_checkpoints)
     checkpoints.prune_steps(out.logdir)  # older than the epoch checkpoint
     save_seconds = time.time() - start
@@ -353,12 +373,12 @@ def main(argv=None):
     print(run.describe())
     if hp.skip_nonfinite and devices.backend() != "tensorflow":
         raise UserError("--skip_nonfinite 1 (model.SkipNonfinite) works with KERAS_BACKEND=tensorflow only")
-    check_logdir(hp)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
     # In a multi-worker run every worker reads hp.logdir (shared storage) and only the chief
     # writes there; the others write into a scratch directory.
     out = hp if run.chief else dataclasses.replace(hp, logdir=tempfile.mkdtemp(prefix="transformer-worker-"))
-    print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
+    lock = lock_directory(out.logdir)  # noqa: F841  (held until the process ends)
+    start_or_resume(hp, out)
     keras.utils.set_random_seed(hp.seed)
 
     section("Load data")

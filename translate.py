@@ -4,10 +4,14 @@
     python translate.py --preset multi30k --beam_size 4 --input de.txt --output en.txt
 
 Reads stdin (or --input), writes one English line per input line to stdout (or --output), in
-order, with the sentencepiece model and settings saved by training. Empty lines give empty lines.
+order, with the sentencepiece model and settings saved by training (in the log directory: no prepro
+folder needed). From stdin, each line is translated and printed as soon as it arrives (a terminal,
+a pipe that stays open), the model loaded once. Empty lines give empty lines.
 A sentence longer than the model was trained on (maxlen1 tokens) is split at sentence punctuation
 (or between words) and its pieces are translated one by one; a note on stderr says so.
 """
+import itertools
+import os
 import sys
 
 import hyperparams
@@ -16,21 +20,13 @@ from prepro import clean
 from utils import UserError, atomic_write, run_cli
 
 
-def read_input(path=None):
-    """Lines of a UTF-8 file (or stdin), split on newlines only and cleaned as prepro.py cleans."""
-    name = path or "<stdin>"
-    try:
-        if path:
-            with open(path, "rb") as f:
-                data = f.read()
-        else:
-            data = sys.stdin.buffer.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
+def decode_lines(data, name, first_line=1):
+    """Cleaned lines of UTF-8 bytes (split on newlines only, as prepro.py cleans them); a UserError
+    naming the line of bytes that are not UTF-8. first_line: the line number of data's first line."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
+        line = first_line + data[:e.start].count(b"\n")
         raise UserError(f"{name}:{line}: bytes that are not UTF-8 ({e.reason}); convert it to UTF-8 "
                         f"(e.g. iconv -t UTF-8)") from None
     lines = text.split("\n")
@@ -39,29 +35,66 @@ def read_input(path=None):
     return [clean(line) for line in lines]
 
 
+def input_chunks(path=None):
+    """Lists of cleaned input lines: a file's all at once; stdin's as they arrive, the complete
+    lines of each read (a line typed in a terminal, a pipe's buffer), so that translations follow
+    the input instead of waiting for its end."""
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise UserError(f"{path}: file not found") from None
+        yield decode_lines(data, path)
+        return
+    fd, pending, line = sys.stdin.fileno(), b"", 1
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        pending += data
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            lines = decode_lines(pending[:cut], "<stdin>", line)
+            pending, line = pending[cut:], line + len(lines)
+            yield lines
+    if pending:
+        yield decode_lines(pending, "<stdin>", line)
+
+
 def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", help="checkpoint (default: newest in <logdir>/ckpt)")
         parser.add_argument("--input", help="file of German sentences, one per line (default: stdin)")
-        parser.add_argument("--output", help="file for the translations (default: stdout)")
+        parser.add_argument("--output", help="file for the translations (default: stdout); its folder must exist")
         add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
     hp = hyperparams.settings_for_logdir(hp, overrides)
     if args.beam_size < 1:
         raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
-    lines = read_input(args.input)  # bad input fails before the model is loaded
+    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise UserError(f"{args.output}: its folder {os.path.dirname(os.path.abspath(args.output))} does not "
+                        f"exist; create it first")
+    chunks = input_chunks(args.input)
+    first = next(chunks, [])  # bad input at the start fails before the model is loaded
     model, sp, _ = load_trained(hp, args.ckpt, args.preset)
     from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
-    translations = translate_lines(model, sp, lines, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
-                                   args.alpha, source=args.input or "<stdin>")
-    text = "".join(t + "\n" for t in translations)
+
+    def translate_all(out):
+        line = 1
+        for lines in itertools.chain([first], chunks):
+            translations = translate_lines(model, sp, lines, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
+                                           args.alpha, source=args.input or "<stdin>", first_line=line)
+            out.write("".join(t + "\n" for t in translations))
+            out.flush()
+            line += len(lines)
+
     if args.output:
-        with atomic_write(args.output) as tmp:
+        with atomic_write(args.output) as tmp:  # the file appears once complete
             with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+                translate_all(f)
     else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        translate_all(sys.stdout)
 
 
 if __name__ == "__main__":

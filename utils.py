@@ -4,6 +4,7 @@ The reference's utils.py held postprocess, save/load_hparams and calc_bleu; in t
 in data_load.py (decoding ids to text), hyperparams.py (settings) and eval.py (BLEU).
 """
 import contextlib
+import errno
 import os
 import sys
 
@@ -25,16 +26,72 @@ class UserError(Exception):
     """
 
 
+# What to do about a file-system error, by errno
+FILE_SYSTEM_ADVICE = {
+    errno.ENOSPC: "free some space there or choose another directory; what was finished is kept",
+    errno.EDQUOT: "free some space there or choose another directory; what was finished is kept",
+    errno.EACCES: "check that you may write there, or choose another directory",
+    errno.EPERM: "check that you may write there, or choose another directory",
+    errno.EROFS: "that file system is read-only: choose another directory",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
+    errno.EEXIST: "a file of that name is in the way of a folder: move it or choose another path",
+}
+
+
+def file_system_error(e):
+    """The one-line message of an OSError: the path, what happened, what to do."""
+    where = e.filename or "a file"
+    return f"{where}: {e.strerror or e}; {FILE_SYSTEM_ADVICE.get(e.errno, 'check the path and the disk')}"
+
+
 def run_cli(main, argv=None):
-    """Run main(argv); turn a UserError into one line on stderr and exit status 2."""
+    """Run main(argv); turn a UserError, or an error of the file system, into one line on stderr
+    and exit status 2."""
     try:
         return main(argv)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:
+        print(f"error: {file_system_error(e)}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def check_writable(directory):
+    """Create `directory` if needed and write a scratch file in it: a file-system error now, before
+    long work, rather than after it."""
+    os.makedirs(directory, exist_ok=True)
+    probe = os.path.join(directory, f".probe-{os.getpid()}")
+    with open(probe, "w") as f:
+        f.write("ok")
+    os.remove(probe)
+
+
+def lock_directory(directory):
+    """Hold an exclusive lock on `directory` (<directory>/.lock) for as long as the returned file
+    stays open; the kernel releases it when the process ends, however it ends. A UserError naming
+    the holder's process if another process holds it."""
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, ".lock")
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise UserError(f"{directory} is in use by another training run (process {holder}); wait for it to "
+                        f"end, or pass another --logdir") from None
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def peak_rss_mb():
