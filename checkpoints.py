@@ -24,7 +24,7 @@ import numpy as np
 
 import data_load
 import hyperparams
-from utils import UserError, atomic_write
+from utils import UserError, atomic_write, import_keras
 
 EPOCH_CHECKPOINT = re.compile(r"^E(\d+)L([\d.]+|nan|inf)B([\d.]+)\.keras$")
 STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
@@ -176,7 +176,7 @@ def load(path, hp, vocabulary_meta=None):
     """The model of a .keras checkpoint written by train.py, uncompiled; a UserError if it is
     missing, damaged, of other settings than hp's, or trained with another vocabulary than
     vocabulary_meta's (the meta.json of the vocabulary it is to be used with)."""
-    import keras
+    keras = import_keras()  # the first import of Keras in eval.py and translate.py: quietly
 
     import fast
     import model as _model  # noqa: F401  (registers the model's classes for deserialization)

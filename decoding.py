@@ -382,7 +382,7 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
                         f"at most maxlen1 {model.maxlen1}: shorten or split it")
     out = [None] * len(src_seqs)
     batches = data_load.eval_batches(lens, max(tokens_per_batch // beam_size, 1), sort=True)
-    for idx in tqdm(batches, desc=desc, unit="batch", leave=False):
+    for idx in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
         x = data_load.encoder_inputs([src_seqs[i] for i in idx])
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):

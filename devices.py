@@ -17,9 +17,9 @@ import dataclasses
 import json
 import os
 
-import keras
+from utils import UserError, import_keras
 
-from utils import UserError
+keras = import_keras()  # the first import of Keras in train.py and the benches: quietly
 
 def backend():
     return keras.backend.backend()

@@ -21,6 +21,11 @@ from scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from utils import UserError, check_writable, run_cli, section
 
 
+# The settings eval.py uses (--help shows these): the rest come from <logdir>/hparams.json; a model
+# setting given must match the checkpoint's.
+SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "devices", "evaluation", "logdir")
+
+
 def load_trained(hp, ckpt=None, preset="sample", average_last=1):
     """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
     own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed).
@@ -49,8 +54,9 @@ def load_trained(hp, ckpt=None, preset="sample", average_last=1):
 
 
 def add_decoding_arguments(parser):
-    parser.add_argument("--beam_size", type=int, default=1, help="1: greedy decoding")
-    parser.add_argument("--alpha", type=float, default=0.6,
+    parser.add_argument("--beam_size", type=int, default=1, metavar="INT",
+                        help="hypotheses kept by beam search; 1: greedy decoding")
+    parser.add_argument("--alpha", type=float, default=0.6, metavar="FLOAT",
                         help="beam search length penalty exponent, ((5 + length) / 6) ** alpha")
 
 
@@ -60,12 +66,13 @@ def decoding_name(beam_size, alpha):
 
 def main(argv=None):
     def add_arguments(parser):
-        parser.add_argument("--ckpt", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
-        parser.add_argument("--split", default="test", choices=("dev", "test"))
-        parser.add_argument("--average_last", type=int, default=1,
-                            help="average the weights of the newest N epoch checkpoints")
+        parser.add_argument("--ckpt", metavar="PATH", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--split", default="test", choices=("dev", "test"), help="the split to translate and score")
+        parser.add_argument("--average_last", type=int, default=1, metavar="INT",
+                            help="average the weights of the newest INT epoch checkpoints")
         add_decoding_arguments(parser)
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
+                                                 show=SETTINGS)
     hp = hyperparams.settings_for_logdir(hp, overrides)
 
     section("Load model")

@@ -25,66 +25,87 @@ PAD_LOGITS = ("learned", "zero")
 KERNELS = ("auto", "plain", "fast")  # fast.KERNELS
 
 
+GROUPS = {  # the option groups of --help, and the scripts that show each
+    "data": "where the corpus and prepro.py's output are, and what prepro.py builds",
+    "model": "the Transformer's shape and the choices that set it apart from the reference",
+    "training": "batches, optimizer, schedule and loss",
+    "devices": "precision, compilation, kernels and data parallelism",
+    "evaluation": "decoding after each epoch and in eval.py / translate.py",
+    "run": "the log directory and its checkpoints",
+}
+
+
+def setting(default, group, help):
+    """An Hparams field with its --help line and its group."""
+    return dataclasses.field(default=default, metadata={"group": group, "help": help})
+
+
 @dataclasses.dataclass
 class Hparams:
-    # data (prepro.py)
-    corpus: str = "parallel"  # parallel: line-aligned files; iwslt: the IWSLT 2016/2017 release
-    data_dir: str = "corpora/sample"  # where the raw corpus lies
-    prepro_dir: str = "prepro/sample"  # where prepro.py writes the vocabulary and id files
-    train_prefix: str = "train"  # parallel corpora: <prefix>.<lang>[.gz] per split
-    dev_prefix: str = "dev"
-    test_prefix: str = "test"
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    vocab_size: int = 400  # joint sentencepiece BPE vocabulary, ids 0-3 = <pad> <unk> <s> </s>
+    corpus: str = setting("parallel", "data", "parallel: line-aligned files <prefix>.<lang>[.gz]; iwslt: the "
+                                              "IWSLT 2016/2017 release as distributed")
+    data_dir: str = setting("corpora/sample", "data", "where the raw corpus lies")
+    prepro_dir: str = setting("prepro/sample", "data", "where prepro.py writes the vocabulary and id files")
+    train_prefix: str = setting("train", "data", "file name prefix of the training split (parallel corpora)")
+    dev_prefix: str = setting("dev", "data", "file name prefix of the dev split (parallel corpora)")
+    test_prefix: str = setting("test", "data", "file name prefix of the test split (parallel corpora)")
+    src_lang: str = setting("de", "data", "source language: the file suffix")
+    tgt_lang: str = setting("en", "data", "target language: the file suffix")
+    vocab_size: int = setting(400, "data", "pieces of the joint sentencepiece BPE vocabulary (ids 0-3: "
+                                           "<pad> <unk> <s> </s>)")
 
-    # model
-    d_model: int = 64
-    d_ff: int = 256
-    num_blocks: int = 2
-    num_heads: int = 4
-    dropout_rate: float = 0.1
-    maxlen1: int = 50  # longest source in tokens (with </s>) kept for training
-    maxlen2: int = 50  # longest target in tokens (with </s>) kept for training
-    positional: str = "sinusoid"  # sinusoid (paper, reference 2019) | learned (reference legacy)
-    output_vocab: str = "target"  # target: the softmax covers only the pieces seen in the training
-    # targets (and ids 0-3) | all: the whole joint vocabulary, as the reference
-    attention_output: bool = True  # the output projection W^O of multi-head attention (paper 3.2.2;
-    # the reference 2019 has none)
-    residual_dropout: bool = True  # dropout on each sublayer's output before the residual sum (paper
-    # 5.4); the reference 2019 drops out only the embeddings and the attention weights
-    layer_norm_epsilon: float = 1e-6  # the reference: 1e-8
-    embedding_init: str = "normal"  # normal: N(0, d_model^-0.5) | xavier: Glorot uniform (the reference)
-    pad_logit: str = "learned"  # learned: the <pad> row of the shared matrix is trained and gives a logit |
-    # zero: that row is zero in the output projection too, so the <pad> logit is always 0 (the reference)
+    d_model: int = setting(64, "model", "width of every layer, d_model (paper: 512)")
+    d_ff: int = setting(256, "model", "inner width of the feed-forward network (paper: 2048)")
+    num_blocks: int = setting(2, "model", "encoder and decoder blocks, each (paper: 6)")
+    num_heads: int = setting(4, "model", "attention heads; d_model must be divisible by it (paper: 8)")
+    dropout_rate: float = setting(0.1, "model", "dropout on embeddings, attention weights and (with "
+                                                "--residual_dropout) sublayer outputs")
+    maxlen1: int = setting(50, "model", "longest source in tokens (with </s>) kept for training")
+    maxlen2: int = setting(50, "model", "longest target in tokens (with </s>) kept for training")
+    positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019) or learned (reference legacy)")
+    output_vocab: str = setting("target", "model", "target: the softmax covers the ids 0-3 and the pieces of "
+                                                   "the training targets; all: the whole vocabulary (the reference)")
+    attention_output: bool = setting(True, "model", "the output projection W^O of multi-head attention (paper "
+                                                    "3.2.2; the reference 2019 has none)")
+    residual_dropout: bool = setting(True, "model", "dropout on each sublayer's output before the residual sum "
+                                                    "(paper 5.4; the reference 2019 has none)")
+    layer_norm_epsilon: float = setting(1e-6, "model", "layer normalization's epsilon (the reference: 1e-8)")
+    embedding_init: str = setting("normal", "model", "normal: N(0, d_model^-0.5); xavier: Glorot uniform "
+                                                     "(the reference)")
+    pad_logit: str = setting("learned", "model", "learned: the <pad> row gives a trained logit; zero: that "
+                                                 "row is zero in the output projection too (the reference)")
 
-    # training
-    tokens_per_batch: int = 1024  # batch size x padded length, source or target, whichever is longer
-    batch_sentences: int = 0  # > 0: batches of this many random sentences padded to the longest (the
-    # reference's 128) instead of tokens_per_batch's length-bucketed batches
-    precision: str = "auto"  # float32 | mixed_bfloat16 | mixed_float16 | auto (mixed_bfloat16 on a GPU
-    # with bfloat16 units and, with TensorFlow, on a CPU with AVX512_BF16/AMX; float32 elsewhere)
-    jit_compile: str = "auto"  # XLA for training steps: auto (GPU and JAX: on; TensorFlow on a CPU: off) | on | off
-    kernels: str = "auto"  # plain: modules.py as written | fast: fast.py's drop-ins | auto: those
-    # measured faster, on TensorFlow (docs/speed.md); plain on other backends
-    strategy: str = "auto"  # data parallelism: auto | one | mirrored | multi_worker (TensorFlow) | data_parallel (JAX)
-    length_multiple: int = 0  # pad training batch lengths to a multiple of this; 0: 1 on TensorFlow
-    # without XLA (any shape, least padding), 8 where every shape is compiled (JAX, XLA)
-    adam_beta2: float = 0.98  # Adam's beta2 and epsilon: the paper's (5.3); the reference 2019 used
-    adam_epsilon: float = 1e-9  # TensorFlow's defaults, 0.999 and 1e-8
-    lr: float = 1e-3  # peak learning rate, reached after warmup_steps
-    warmup_steps: int = 100
-    lr_decay: str = "rsqrt"  # after warmup: rsqrt (reference, paper) | linear (down to 0 at the end of num_epochs)
-    num_epochs: int = 30
-    smoothing: float = 0.1  # label smoothing epsilon
-    seed: int = 1234
-    logdir: str = "log/sample"
-    eval_sentences: int = 0  # dev sentences decoded for BLEU after each epoch; 0 = all of dev
-    eval_tokens_per_batch: int = 4096  # token budget for decoding batches
-    keep_checkpoints: int = 5  # epoch checkpoints kept in <logdir>/ckpt
-    save_every_steps: int = 300  # also checkpoint mid-epoch every this many steps (0: only per epoch)
-    keep_step_checkpoints: int = 2  # mid-epoch checkpoints kept in <logdir>/ckpt/steps
-    skip_nonfinite: bool = False  # leave out batches with a NaN/Inf loss instead of stopping
+    tokens_per_batch: int = setting(1024, "training", "token budget of a batch: sentences x padded length of "
+                                                      "the longer side")
+    batch_sentences: int = setting(0, "training", "> 0: batches of this many random sentences padded to the "
+                                                  "longest (the reference: 128) instead of token budgets")
+    precision: str = setting("auto", "devices", "float32, mixed_bfloat16, mixed_float16, or auto: "
+                                                "mixed_bfloat16 where the GPU or CPU has bfloat16 units")
+    jit_compile: str = setting("auto", "devices", "XLA for training steps: on, off, or auto (on for GPUs "
+                                                  "and JAX, off for TensorFlow on a CPU)")
+    kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: fast.py's drop-ins; auto: "
+                                              "those measured faster on this backend")
+    strategy: str = setting("auto", "devices", "data parallelism: auto, one, mirrored, multi_worker "
+                                               "(TensorFlow) or data_parallel (JAX)")
+    length_multiple: int = setting(0, "devices", "pad batch lengths to a multiple of this; 0: 1 on TensorFlow "
+                                                 "without XLA, 8 where shapes are compiled")
+    adam_beta2: float = setting(0.98, "training", "Adam's beta2 (paper: 0.98; the reference: 0.999)")
+    adam_epsilon: float = setting(1e-9, "training", "Adam's epsilon (paper: 1e-9; the reference: 1e-8)")
+    lr: float = setting(1e-3, "training", "peak learning rate, reached after --warmup_steps")
+    warmup_steps: int = setting(100, "training", "steps of linear warmup")
+    lr_decay: str = setting("rsqrt", "training", "after warmup: rsqrt (paper, reference) or linear (to 0 at "
+                                                 "the end of --num_epochs)")
+    num_epochs: int = setting(30, "training", "epochs to train (a resumed run may raise it)")
+    smoothing: float = setting(0.1, "training", "label smoothing epsilon")
+    seed: int = setting(1234, "training", "seed of weights, batches, dropout and the BPE vocabulary")
+    logdir: str = setting("log/sample", "run", "the run's folder: settings, vocabulary, checkpoints, logs")
+    eval_sentences: int = setting(0, "evaluation", "dev sentences translated for BLEU after each epoch; 0: all")
+    eval_tokens_per_batch: int = setting(4096, "evaluation", "token budget of a decoding batch")
+    keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt")
+    save_every_steps: int = setting(300, "run", "also checkpoint mid-epoch every this many steps (0: only "
+                                                "per epoch)")
+    keep_step_checkpoints: int = setting(2, "run", "mid-epoch checkpoints kept in <logdir>/ckpt/steps")
+    skip_nonfinite: bool = setting(False, "training", "leave out batches with a NaN/Inf loss instead of stopping")
 
 
 # The reference's 2019 values (Kyubyong/transformer: hparams.py, model.py, modules.py, data_load.py),
@@ -221,36 +242,53 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError(f"{text!r} is not a truth value: use 1 or 0")
 
 
-def build_parser(description, preset_name="sample"):
-    """An ArgumentParser with --preset and one --<field> option per Hparams field.
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default, except where there is none to show or its help says it."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser(description, preset_name="sample", show=None):
+    """An ArgumentParser with --preset and one --<field> option per Hparams field that the script
+    uses: show names settings groups (GROUPS) and single fields; None: all of them.
 
     Field options default to argparse.SUPPRESS, so the parsed namespace holds only what was given;
     their help shows the preset's value.
     """
     defaults = preset(preset_name)
-    parser = argparse.ArgumentParser(
-        description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     parser.add_argument("--preset", default=preset_name, choices=sorted(PRESETS),
-                        help="settings to start from; --<name> value overrides any of them")
-    add_field_options(parser.add_argument_group(f"hyperparameters (values shown: preset {preset_name!r})"),
-                      defaults)
+                        help="settings to start from (values shown below: this preset's); --<name> value "
+                             "overrides any of them")
+    names = None
+    if show is not None:
+        names = [f.name for f in dataclasses.fields(Hparams) if f.name in show or f.metadata["group"] in show]
+    add_field_options(parser, defaults, names)
     return parser
 
 
-def add_field_options(group, defaults, names=None):
-    """One --<field> option per Hparams field (or per field in names) on an argparse parser or group.
+def add_field_options(parser, defaults, names=None, accept_others=True):
+    """One --<field> option per Hparams field, in one argparse group per settings group, described
+    by the field's help and its value in defaults. Fields outside names (if given) are accepted
+    but not shown in --help (a script takes the same --logdir, --prepro_dir, ... as the others),
+    or with accept_others=False not added at all.
 
-    They default to argparse.SUPPRESS, so that given_fields() finds only what was given; their help
-    shows the field's value in defaults.
+    They default to argparse.SUPPRESS, so that given_fields() finds only what was given.
     """
-    for f in dataclasses.fields(Hparams):
-        if names is not None and f.name not in names:
-            continue
-        value = getattr(defaults, f.name)
-        kind = parse_bool if isinstance(value, bool) else type(value)
-        group.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS,
-                           metavar=type(value).__name__.upper(), help=f"(preset: {value})")
+    for group, description in GROUPS.items():
+        fields = [f for f in dataclasses.fields(Hparams) if f.metadata["group"] == group]
+        shown = [f for f in fields if names is None or f.name in names]
+        options = parser.add_argument_group(f"{group} settings", description) if shown else parser
+        for f in fields if accept_others else shown:
+            value = getattr(defaults, f.name)
+            kind = parse_bool if isinstance(value, bool) else type(value)
+            text = f"{f.metadata['help']} (preset: {int(value) if isinstance(value, bool) else value})"
+            options.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS,
+                                 metavar=type(value).__name__.upper().replace("BOOL", "0|1"),
+                                 help=text if f in shown else argparse.SUPPRESS)
 
 
 def given_fields(args, names=None):
@@ -258,13 +296,14 @@ def given_fields(args, names=None):
     return {name: getattr(args, name) for name in (names or field_names()) if hasattr(args, name)}
 
 
-def parse_args(description, argv=None, add_arguments=None):
+def parse_args(description, argv=None, add_arguments=None, show=None):
     """Parse `--preset P --name value ...`.
 
     Args:
       description: the script's --help text.
       argv: arguments (default sys.argv[1:]).
       add_arguments: optional callable(parser) adding the script's own options.
+      show: the settings the script uses (build_parser); None: all.
 
     Returns:
       (hp, args, overrides): resolved and validated Hparams, the argparse namespace, and the
@@ -275,7 +314,7 @@ def parse_args(description, argv=None, add_arguments=None):
     pre.add_argument("--preset", default="sample")
     known, _ = pre.parse_known_args(argv)
     preset_name = known.preset if known.preset in PRESETS else "sample"
-    parser = build_parser(description, preset_name)
+    parser = build_parser(description, preset_name, show)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
@@ -327,3 +366,10 @@ def settings_for_logdir(hp, overrides):
     """The settings of the training run in hp.logdir, with the command line's overrides on top."""
     saved = load_hparams(hp.logdir)
     return validate(dataclasses.replace(saved, **overrides))
+
+
+if __name__ == "__main__":
+    # `python hyperparams.py --preset P --name value ...` prints the settings a run would use;
+    # --help lists every setting with its description.
+    print(json.dumps(dataclasses.asdict(parse_args("Print the settings of a preset with overrides, as JSON.")[0]),
+                     indent=2, sort_keys=True))

@@ -67,6 +67,10 @@ def clean(text):
     return " ".join(text.split())
 
 
+# The settings prepro.py uses (--help shows these)
+SETTINGS = ("data", "seed")
+
+
 def read_lines(path):
     """Lines of a UTF-8 text file (gzipped if it ends in .gz), without line ends.
 
@@ -215,7 +219,7 @@ def _fetch(url, path, desc):
     try:
         with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
             total = int(r.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=desc) as bar:
+            with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=None) as bar:
                 for chunk in iter(lambda: r.read(1 << 20), b""):
                     f.write(chunk)
                     bar.update(len(chunk))
@@ -348,7 +352,7 @@ def prepro(hp, overwrite=False):
 
         section("Write ids")
         counts = {}
-        for split in tqdm(SPLITS, desc="encode", unit="split"):
+        for split in tqdm(SPLITS, desc="encode", unit="split", disable=None):
             src, tgt = data[split]
             src_ids, src_lens = encode(sp, src)
             tgt_ids, tgt_lens = encode(sp, tgt)
@@ -384,7 +388,7 @@ def main(argv=None):
                                  "IWSLT 2016 for iwslt), checking checksums")
         parser.add_argument("--overwrite", action="store_true",
                             help="replace a --prepro_dir made from other data or settings")
-    hp, args, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
+    hp, args, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
     check_writable(os.path.dirname(os.path.abspath(hp.prepro_dir)))
     if args.download:
         section(f"Download into {hp.data_dir}")

@@ -46,7 +46,7 @@ def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_st
     class Progress(keras.callbacks.Callback):
         def on_epoch_begin(self, _epoch, logs=None):
             self.bar = tqdm(total=num_batches, initial=first_batch, desc=f"epoch {epoch + 1}/{num_epochs}",
-                            unit="step", dynamic_ncols=True)
+                            unit="step", dynamic_ncols=True, disable=None)  # no bar into a file
             self.start, self.tokens = time.time(), 0
 
         def on_train_batch_end(self, batch, logs=None):  # the guard has synced the variables

@@ -20,6 +20,10 @@ from prepro import clean
 from utils import UserError, atomic_write, run_cli
 
 
+# The settings translate.py uses (--help shows these): the rest come from <logdir>/hparams.json.
+SETTINGS = ("prepro_dir", "model", "devices", "eval_tokens_per_batch", "logdir")
+
+
 def decode_lines(data, name, first_line=1):
     """Cleaned lines of UTF-8 bytes (split on newlines only, as prepro.py cleans them); a UserError
     naming the line of bytes that are not UTF-8. first_line: the line number of data's first line."""
@@ -64,11 +68,13 @@ def input_chunks(path=None):
 
 def main(argv=None):
     def add_arguments(parser):
-        parser.add_argument("--ckpt", help="checkpoint (default: newest in <logdir>/ckpt)")
-        parser.add_argument("--input", help="file of German sentences, one per line (default: stdin)")
-        parser.add_argument("--output", help="file for the translations (default: stdout); its folder must exist")
+        parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--input", metavar="PATH", help="file of German sentences, one per line (default: stdin)")
+        parser.add_argument("--output", metavar="PATH",
+                            help="file for the translations (default: stdout); its folder must exist")
         add_decoding_arguments(parser)
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments)
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
+                                                 show=SETTINGS)
     hp = hyperparams.settings_for_logdir(hp, overrides)
     if args.beam_size < 1:
         raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")

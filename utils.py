@@ -6,9 +6,12 @@ in data_load.py (decoding ids to text), hyperparams.py (settings) and eval.py (B
 import contextlib
 import errno
 import os
+import re
 import sys
+import tempfile
 
-# Keep TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) out of the scripts' output.
+# Keep TensorFlow's C++ log lines below errors out of the scripts' output (import_keras filters the
+# start-up lines printed before this takes effect).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow's default CPU allocator takes every tensor from malloc, which maps anything over 32 MB
 # fresh from the kernel and unmaps it when freed, so large tensors such as the (N, T, V) logits are
@@ -16,6 +19,43 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # when TensorFlow first allocates, so setting it here, on importing any of the project's modules,
 # is early enough. TF_CPU_ALLOCATOR_USE_BFC=false in the environment keeps the default.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+
+# TensorFlow's start-up lines on a machine without a GPU: its oneDNN and CPU-feature notes and its
+# CUDA probing, printed by C++ before TF_CPP_MIN_LOG_LEVEL applies ("All log messages before
+# absl::InitializeLog() ...").
+STARTUP_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|[IWE]\d{4} [\d:.]+ +\d+ (port|cudart_stub|cuda_platform|cuda_executor|cuda_dnn|cuda_fft|cuda_blas|"
+    r"cpu_feature_guard|cpu_utils)\.cc:\d+\] .*"
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.")
+
+
+def import_keras():
+    """keras, imported (with its backend, and TensorFlow's devices initialised) without
+    TensorFlow's start-up lines on stderr: they are caught at the file descriptor, those of
+    STARTUP_NOISE dropped, the others written once each. TRANSFORMER_VERBOSE=1 shows them all."""
+    if "keras" in sys.modules or os.environ.get("TRANSFORMER_VERBOSE") == "1":
+        import keras
+        return keras
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            import keras
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+                tf.config.list_physical_devices()  # probes CUDA now, inside the catch
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines = caught.read().decode("utf-8", "replace").splitlines()
+            kept = [line for line in dict.fromkeys(lines) if line.strip() and not STARTUP_NOISE.fullmatch(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
+    return keras
 
 
 class UserError(Exception):

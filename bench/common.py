@@ -12,12 +12,11 @@ FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "output_vo
 
 def parser(doc):
     """An ArgumentParser described by the first paragraph of doc, with the shared options."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(hyperparams.PRESETS))
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=hyperparams.HelpFormatter)
+    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(hyperparams.PRESETS),
+                   help=f"the settings to bench (values shown below: preset {DEFAULT_PRESET!r}'s)")
     p.add_argument("--seed", type=int, default=0, help="the benchmark's batches and weights")
-    group = p.add_argument_group(f"the preset's settings to change (values shown: preset {DEFAULT_PRESET!r})")
-    hyperparams.add_field_options(group, hyperparams.preset(DEFAULT_PRESET), FIELDS)
+    hyperparams.add_field_options(p, hyperparams.preset(DEFAULT_PRESET), FIELDS, accept_others=False)
     return p
 
 

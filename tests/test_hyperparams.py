@@ -109,8 +109,40 @@ def test_missing_saved_settings_is_a_clear_error(tmp_path):
 
 def test_help_and_bad_settings_on_the_command_line():
     ok = run_script("prepro.py", "--help")
-    assert ok.returncode == 0 and "--tokens_per_batch" in ok.stdout
-    bad = run_script("prepro.py", "--d_model", "30", "--num_heads", "4")
+    assert ok.returncode == 0 and "--vocab_size" in ok.stdout and "--tokens_per_batch" not in ok.stdout
+    bad = run_script("prepro.py", "--d_model", "30", "--num_heads", "4")  # accepted, not shown, checked
     assert bad.returncode == 2
     assert "not divisible by num_heads" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def help_entries(text):
+    """{option: its description} from an argparse --help text."""
+    entries, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            head, _, rest = line.strip().partition("  ")
+            current = next(t for t in head.replace(",", " ").split() if t.startswith("--"))
+            entries[current] = rest.strip()
+        elif current and line.startswith("     ") and line.strip():
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py", "translate.py", "prepro.py", "hyperparams.py"])
+def test_every_option_of_every_script_has_a_description(script):
+    import importlib
+
+    shown = run_script(script, "--help")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    entries = help_entries(shown.stdout)
+    assert "--preset" in entries and "--help" in entries
+    assert not [option for option, text in entries.items() if not text], entries
+    settings = {"train.py": None, "hyperparams.py": None}.get(script, getattr(
+        importlib.import_module(script[:-3]), "SETTINGS", ()))
+    for f in dataclasses.fields(hyperparams.Hparams):
+        wanted = settings is None or f.name in settings or f.metadata["group"] in settings
+        assert (f"--{f.name}" in entries) == wanted, (script, f.name)
+    assert "(default: None)" not in shown.stdout

@@ -70,3 +70,20 @@ def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start)
     run.stderr = run.stderr.decode("utf-8")
     assert_one_line_error(run, r"<stdin>:2: bytes that are not UTF-8")
     assert run.stdout == b"" and len(run.stderr.strip().splitlines()) == 1  # before Keras loads: nothing else
+
+
+def test_translate_from_a_pipe_says_nothing_on_stderr(quick_start):
+    """TensorFlow's C++ start-up lines (oneDNN, CUDA probing on a machine without a GPU) and the
+    progress bar stay out of a piped run's stderr; TRANSFORMER_VERBOSE=1 shows the start-up lines."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    _, dirs, _ = quick_start
+    quiet = subprocess.run([sys.executable, "translate.py", *dirs], input="Ein Mann fährt Fahrrad.\n", cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stdout.strip() and quiet.stderr == "", quiet.stderr
+    loud = subprocess.run([sys.executable, "translate.py", *dirs], input="Ein Mann fährt Fahrrad.\n", cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, TRANSFORMER_VERBOSE="1"))
+    assert loud.returncode == 0 and loud.stdout == quiet.stdout and loud.stderr.strip()
