@@ -1,7 +1,7 @@
 """Where and how a run computes: the backend's devices, mixed precision, XLA compilation, the
 padding multiple of training batches and data parallelism, resolved once from the settings.
 
-The `auto` choices (README, "GPUs, backends and several devices"):
+The `auto` choices (docs/devices.md):
   - precision: mixed_bfloat16 on a GPU that has bfloat16 units (compute capability 8.0 or newer),
     and with TensorFlow on a CPU that has bfloat16 instructions (AVX512_BF16 or AMX: oneDNN's
     bfloat16 matmuls ran at twice the float32 rate there); float32 elsewhere.
@@ -128,7 +128,7 @@ def tf_config_workers():
         workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
         index = task["index"] + (len(cluster.get("chief", [])) if task["type"] == "worker" else 0)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise UserError(f"TF_CONFIG is not a valid cluster description ({e}): see the README, "
+        raise UserError(f"TF_CONFIG is not a valid cluster description ({e}): see docs/devices.md, "
                         f"'Several machines'") from None
     return workers, index
 
