@@ -281,7 +281,23 @@ def train_bpe(sentences, model_prefix, vocab_size, seed):
                         f"try a smaller --vocab_size") from None
     finally:
         os.remove(text_path)
+    drop_paths(model_prefix + ".model")
     return spm.SentencePieceProcessor(model_file=model_prefix + ".model")
+
+
+def drop_paths(path):
+    """Remove from a sentencepiece model what only describes this run of the trainer (its temporary
+    input and output paths, its thread count), so the same corpus and settings give the same bytes,
+    and the same checksum in meta.json."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    for name in ("input", "model_prefix", "num_threads"):
+        proto.trainer_spec.ClearField(name)
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
 
 
 def encode(sp, sentences):
