@@ -168,11 +168,28 @@ def attention_bias(key_padding_mask, causal, query_length, key_length):
     return ops.where(allowed, ops.zeros((), "float32"), ops.full((), NEG_INF, "float32"))
 
 
-def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
-    """softmax(Q K^T / sqrt(d_k) + bias) V, for every head at once (section 3.2.1).
+def attention_weights(q, k, bias=None):
+    """softmax(Q K^T / sqrt(d_k) + bias): how much each query attends to each key (section 3.2.1).
 
-    The products run in the inputs' dtype; the scaling, the bias and the softmax in float32 (under
+    The product runs in the inputs' dtype; the scaling, the bias and the softmax in float32 (under
     mixed precision too: -1e9 does not fit float16).
+
+    Args:
+      q: (N, h, Tq, d_k) queries; k: (N, h, Tk, d_k) keys.
+      bias: additive float32 mask broadcastable to (N, h, Tq, Tk), or None.
+
+    Returns:
+      (N, h, Tq, Tk) float32, each row summing to 1.
+    """
+    scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (N, h, Tq, Tk)
+    scores = ops.cast(scores, "float32") / math.sqrt(q.shape[-1])  # (N, h, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias  # (N, h, Tq, Tk)
+    return ops.softmax(scores, axis=-1)  # (N, h, Tq, Tk)
+
+
+def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for every head at once (section 3.2.1).
 
     Args:
       q: (N, h, Tq, d_k) queries; k, v: (N, h, Tk, d_k) keys and values.
@@ -182,11 +199,7 @@ def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None
     Returns:
       (N, h, Tq, d_k).
     """
-    scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (N, h, Tq, Tk)
-    scores = ops.cast(scores, "float32") / math.sqrt(q.shape[-1])  # (N, h, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias  # (N, h, Tq, Tk)
-    weights = ops.cast(ops.softmax(scores, axis=-1), v.dtype)  # (N, h, Tq, Tk)
+    weights = ops.cast(attention_weights(q, k, bias), v.dtype)  # (N, h, Tq, Tk)
     if dropout is not None:
         weights = dropout(weights, training=training)  # (N, h, Tq, Tk)
     return ops.matmul(weights, v)  # (N, h, Tq, d_k)
@@ -200,7 +213,8 @@ class MultiHeadAttention(keras.layers.Layer):
     projections of queries, keys and values, concatenated and projected back to d.
 
     For decoding one position at a time it takes a key/value cache (as keras-hub's
-    CachedMultiHeadAttention): see `call`.
+    CachedMultiHeadAttention): see `call`. With `keep_attention` set (attention.py, eager calls
+    only), each call keeps its attention weights (N, h, Tq, Tk) in `last_attention`, to be looked at.
 
     Args:
       d_model: d.
@@ -222,6 +236,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = keras.layers.Dense(d_model, name="value")
         self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
         self.dropout = Dropout(dropout_rate)
+        self.keep_attention, self.last_attention = False, None
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
@@ -285,6 +300,8 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend in every head, concatenate the heads, project
         heads = scaled_dot_product_attention(q, k, v, bias, self.dropout, training)  # (N, h, Tq, d_k)
+        if self.keep_attention:
+            self.last_attention = attention_weights(q, k, bias)  # (N, h, Tq, Tk)
         out = self.output(heads)  # (N, Tq, d)
         return out if cache is None else (out, cache)
 

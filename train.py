@@ -228,6 +228,17 @@ def write_scalars(logdir, epoch, values, samples=()):
     writer.close()
 
 
+def draw_history(logdir):
+    """<logdir>/history.png from history.jsonl (plot.py), redrawn after every epoch."""
+    import plot
+
+    try:
+        plot.plot_history(plot.read_history(os.path.join(logdir, "history.jsonl")),
+                          os.path.join(logdir, "history.png"))
+    except ImportError as e:  # matplotlib is a requirement, but a picture is not worth a stopped run
+        print(f"note: history.png not drawn ({e})", file=sys.stderr)
+
+
 @dataclasses.dataclass
 class Dev:
     """The dev split as training uses it: loss batches, and the sentences translated for BLEU."""
@@ -400,12 +411,13 @@ def main(argv=None):
             done = fit_epoch(model, hp, out, train, epoch, start_batch if resumed else 0,
                              carry if resumed else (0.0, 0.0), signals)
             name = end_epoch(model, hp, out, sp, dev, epoch, *done, started)
+            draw_history(out.logdir)
             if signals.received:
                 print(f"stopped by {signal.Signals(signals.received).name} after epoch {epoch + 1}: saved "
                       f"{name}.keras; run the same command to resume")
                 sys.exit(128 + signals.received)
     print(f"done: checkpoints in {os.path.join(hp.logdir, 'ckpt')}, history in "
-          f"{os.path.join(hp.logdir, 'history.jsonl')}")
+          f"{os.path.join(hp.logdir, 'history.jsonl')} (drawn in history.png)")
 
 
 if __name__ == "__main__":

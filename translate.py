@@ -1,15 +1,22 @@
-"""Translate your own German sentences with a trained model, one per line.
+"""Translate your own sentences with a trained model, one per line.
 
     echo "Ein Mann fährt Fahrrad." | python translate.py --preset sample
     python translate.py --preset multi30k --beam_size 4 --input de.txt --output en.txt
 
-Reads stdin (or --input), writes one English line per input line to stdout (or --output), in
+From Python (a notebook): load once, translate many times.
+
+    from translate import Translator
+    translator = Translator("log/multi30k")
+    translator.translate(["Ein Hund läuft.", "Zwei Kinder spielen."], beam_size=4)
+
+Reads stdin (or --input), writes one target-language line per input line to stdout (or --output), in
 order, with the sentencepiece model and settings saved by training (in the log directory: no prepro
 folder needed). From stdin, each line is translated and printed as soon as it arrives (a terminal,
 a pipe that stays open), the model loaded once. Empty lines give empty lines.
 A sentence longer than the model was trained on (maxlen1 tokens) is split at sentence punctuation
 (or between words) and its pieces are translated one by one; a note on stderr says so.
 """
+import dataclasses
 import itertools
 import os
 import sys
@@ -66,10 +73,46 @@ def input_chunks(path=None):
         yield decode_lines(pending, "<stdin>", line)
 
 
+class Translator:
+    """A trained model, loaded once, that translates lists of sentences: the Python face of this
+    script, with its cleaning, splitting of over-long lines and ordering.
+
+    Args:
+      logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
+      ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
+      beam_size, alpha: the default decoding (1: greedy; see --beam_size, --alpha).
+      hp: settings resolved already (translate.py's command line) instead of logdir's.
+      **settings: Hparams fields to override, as on the command line (kernels, eval_tokens_per_batch,
+        prepro_dir for a run from before <logdir>/vocab existed).
+    """
+
+    def __init__(self, logdir=None, ckpt=None, beam_size=1, alpha=0.6, hp=None, **settings):
+        if hp is None:  # the run's saved settings
+            hp = dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir, **settings)
+        self.hp = hyperparams.validate(hp)
+        self.beam_size, self.alpha = beam_size, alpha
+        self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt)
+
+    def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
+        """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of
+        one sentence (a str). source, first_line: where the sentences come from, for the note on
+        stderr about an over-long line that is translated in pieces."""
+        from decoding import translate_lines
+
+        if isinstance(sentences, str):
+            return self.translate([sentences], beam_size, alpha, source, first_line)[0]
+        beam_size = self.beam_size if beam_size is None else beam_size
+        if beam_size < 1:
+            raise UserError(f"beam_size must be at least 1 (got {beam_size})")
+        return translate_lines(self.model, self.sp, [clean(s) for s in sentences], self.hp.maxlen1,
+                               self.hp.eval_tokens_per_batch, beam_size, self.alpha if alpha is None else alpha,
+                               source=source, first_line=first_line)
+
+
 def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
-        parser.add_argument("--input", metavar="PATH", help="file of German sentences, one per line (default: stdin)")
+        parser.add_argument("--input", metavar="PATH", help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",
                             help="file for the translations (default: stdout); its folder must exist")
         add_decoding_arguments(parser)
@@ -83,14 +126,12 @@ def main(argv=None):
                         f"exist; create it first")
     chunks = input_chunks(args.input)
     first = next(chunks, [])  # bad input at the start fails before the model is loaded
-    model, sp, _ = load_trained(hp, args.ckpt, args.preset)
-    from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
+    translator = Translator(ckpt=args.ckpt, beam_size=args.beam_size, alpha=args.alpha, hp=hp)
 
     def translate_all(out):
         line = 1
         for lines in itertools.chain([first], chunks):
-            translations = translate_lines(model, sp, lines, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
-                                           args.alpha, source=args.input or "<stdin>", first_line=line)
+            translations = translator.translate(lines, source=args.input or "<stdin>", first_line=line)
             out.write("".join(t + "\n" for t in translations))
             out.flush()
             line += len(lines)

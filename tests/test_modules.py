@@ -50,6 +50,26 @@ def test_attention_projections_are_linear(output_projection):
     assert len(mha.weights) == (8 if output_projection else 6)
 
 
+def test_kept_attention_is_what_the_heads_average_over():
+    """keep_attention (attention.py) keeps the weights that produced the output: rows sum to 1,
+    masked keys get none, and weights @ V through W^O is the layer's output."""
+    mha = modules.MultiHeadAttention(D, H)
+    q, m = rand(N, T2, D), rand(N, T1, D, seed=1)
+    mask = np.ones((N, T1), bool)
+    mask[1, 4:] = False
+    mha.keep_attention = True
+    out = ops.convert_to_numpy(mha(q, m, key_padding_mask=mask))
+    weights = ops.convert_to_numpy(mha.last_attention)  # (N, h, T2, T1)
+    assert weights.shape == (N, H, T2, T1)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    assert np.all(weights[1, :, :, 4:] == 0)
+    v = ops.convert_to_numpy(mha.keys_values(m)[1])  # (N, h, T1, d_k)
+    np.testing.assert_allclose(ops.convert_to_numpy(mha.output(weights @ v)), out, atol=1e-5)
+    mha.keep_attention, mha.last_attention = False, None
+    mha(q, m)
+    assert mha.last_attention is None
+
+
 def test_pad_embeds_to_zeros_and_is_scaled():
     emb = modules.TokenEmbedding(V, D)
     out = ops.convert_to_numpy(emb(np.array([[0, 5]])))

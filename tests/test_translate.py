@@ -87,3 +87,24 @@ def test_translate_from_a_pipe_says_nothing_on_stderr(quick_start):
     loud = subprocess.run([sys.executable, "translate.py", *dirs], input="Ein Mann fährt Fahrrad.\n", cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, TRANSFORMER_VERBOSE="1"))
     assert loud.returncode == 0 and loud.stdout == quiet.stdout and loud.stderr.strip()
+
+
+def test_translator_api_matches_the_script(quick_start):
+    """Translator: loaded once, a list in one call, the same lines as translate.py prints."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from translate import Translator
+    tmp, dirs, _ = quick_start
+    lines = ["Ein Mann fährt Fahrrad.", "", "Die  Frau\ttrinkt Kaffee.", "Das Kind spielt im Park."]
+    translator = Translator(str(tmp / "log"))
+    got = translator.translate(lines)
+    assert len(got) == 4 and got[1] == "" and all(got[i] for i in (0, 2, 3))
+    assert translator.translate(lines[0]) == got[0]  # one sentence in, one string out
+    run = subprocess.run([sys.executable, "translate.py", *dirs], input="\n".join(lines) + "\n", cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:-1] == got
+    beam = translator.translate(lines, beam_size=4)
+    assert len(beam) == 4 and beam[1] == "" and all(beam[i] for i in (0, 2, 3))

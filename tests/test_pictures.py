@@ -1,0 +1,58 @@
+"""plot.py (a run's history as a PNG) and attention.py (attention weights as heatmaps)."""
+import json
+
+import numpy as np
+
+from conftest import assert_one_line_error, run_script
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_draws_a_history(tmp_path):
+    epochs = [{"epoch": e, "train_loss": 5.0 / e, "dev_loss": 5.5 / e, "dev_bleu": 3.0 * e,
+               "dev_bleu_reference": 2.9 * e, "lr": 1e-3 / e} for e in range(1, 5)]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
+    run = run_script("plot.py", str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "history.png").read_bytes().startswith(PNG)
+    assert "4 epochs" in run.stdout
+    # a cut-off last line is named with its number
+    with open(tmp_path / "history.jsonl", "a") as f:
+        f.write('{"epoch": 5, "train_lo')
+    assert_one_line_error(run_script("plot.py", str(tmp_path)), r"history\.jsonl:5: not a JSON line")
+    assert_one_line_error(run_script("plot.py", str(tmp_path / "none")), r"none/history\.jsonl: no training history")
+
+
+def test_training_draws_its_history(quick_start):
+    tmp, _, runs = quick_start
+    assert runs[1].returncode == 0, runs[1].stderr[-2000:]
+    assert (tmp / "log" / "history.png").read_bytes().startswith(PNG)
+
+
+def test_attention_maps_are_the_models_weights(quick_start):
+    """Every layer and head of the cross-attention: rows sum to 1, one row per output piece, one
+    column per source piece; the layers stop keeping weights afterwards."""
+    from attention import attention_maps
+    from translate import Translator
+    tmp, _, _ = quick_start
+    translator = Translator(str(tmp / "log"))
+    source, output, translation, maps = attention_maps(translator, "Ein Mann fährt Fahrrad.", encoder=True)
+    m = translator.model
+    assert len(maps) == 2 * len(m.decoder_blocks)
+    assert source[-1] == "</s>" and translation == translator.translate("Ein Mann fährt Fahrrad.")
+    for title, weights, rows, columns in maps:
+        assert weights.shape == (m.num_heads, len(rows), len(columns))
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert [len(r) for _, _, r, _ in maps] == [len(output)] * len(m.decoder_blocks) + [len(source)] * len(m.encoder_blocks)
+    assert all(not b.cross_attention.keep_attention and b.cross_attention.last_attention is None
+               for b in m.decoder_blocks)
+
+
+def test_attention_script_writes_a_png(quick_start, tmp_path):
+    _, dirs, _ = quick_start
+    run = run_script("attention.py", *dirs, "--output", str(tmp_path / "a.png"), "Ein Mann fährt Fahrrad.")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG)
+    assert run.stdout.splitlines()[0]  # the translation
+    assert_one_line_error(run_script("attention.py", *dirs, "--output", str(tmp_path / "no" / "a.png"), "Hallo."),
+                          r"no/a\.png: its folder .* does not exist")
