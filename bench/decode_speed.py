@@ -1,5 +1,6 @@
 """Decoding speed, side by side in one run: uncached greedy (the reference's way), cached greedy,
-cached beam search.
+cached beam search, and CTranslate2 (the fastest CPU engine for this architecture) greedy and beam
+on the same weights (export.py's conversion), float32 and int8.
 
     python bench/decode_speed.py --preset multi30k                       # fresh model, 30 tokens
     python bench/decode_speed.py --preset multi30k --ckpt log/multi30k/ckpt/E20....keras
@@ -10,10 +11,15 @@ sentence (</s> is suppressed until then), so every method does the same number o
 sources are the first --sentences of the preset's dev split (prepro.py's output), or random ids
 of --source_length tokens where there is none. Cached greedy and beam search are compiled whole by
 XLA once per batch shape; the warm-up does that for every shape first and prints its time, so the
-timed runs measure decoding only (as a long evaluation or a training run sees it).
+timed runs measure decoding only (as a long evaluation or a training run sees it). CTranslate2 gets
+the same batches, as pieces, with --threads threads (default: every core, as TensorFlow takes),
+decoding up to the same length (1.5 T1 + 10; exactly --length with a fresh model); its beam search
+scores length by length^alpha (ours: GNMT's ((5 + length) / 6)^alpha). With a checkpoint, the share
+of sentences whose greedy output is the same as ours is printed: the same model, decoded elsewhere.
 
 The last line is machine-readable:
 decode_speed cached_vs_uncached=<x> beam4_vs_greedy=<x> greedy_tok_s=<n> beam4_tok_s=<n>
+ct2_greedy_tok_s=<n> ct2_beam4_tok_s=<n> ct2_vs_ours_greedy=<x> ct2_vs_ours_beam4=<x> (tokens/s ratios)
 """
 import os
 import sys
@@ -43,9 +49,9 @@ def sources(hp, n, source_length, vocab_size, seed):
 
 
 def run(method, model, batches, length, beam_size, alpha):
-    """Decode every batch; returns (seconds, produced tokens)."""
+    """Decode every batch; returns (seconds, produced tokens, outputs as id lists up to </s>)."""
     kw = {} if length is None else dict(max_len=length, min_len=length)
-    start, tokens = time.perf_counter(), 0
+    start, tokens, outputs = time.perf_counter(), 0, []
     for x in batches:
         if method == "uncached":
             out = decoding.greedy_decode(model, x, cached=False, **kw)
@@ -54,7 +60,43 @@ def run(method, model, batches, length, beam_size, alpha):
         else:
             out = decoding.beam_search(model, x, beam_size, alpha, **kw)
         tokens += int((out != data_load.PAD).sum())
-    return time.perf_counter() - start, tokens
+        outputs += [[int(i) for i in row if i != data_load.PAD] for row in out]
+    return time.perf_counter() - start, tokens, outputs
+
+
+def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, threads):
+    """Time CTranslate2 on the same weights and batches: {(quantization, method): (seconds,
+    tokens, outputs as id lists)}; a warm-up batch each first."""
+    import tempfile
+
+    import ctranslate2
+
+    from export import write_ctranslate2
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, model.vocab_size)]
+    index = {p: i for i, p in enumerate(pieces)}
+    sources = [[[pieces[i] for i in row if i not in (data_load.PAD, data_load.EOS)] for row in x] for x in batches]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for quantization in quantizations:
+            folder = os.path.join(tmp, quantization)
+            write_ctranslate2(model, pieces, folder, None if quantization == "float32" else quantization)
+            translator = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1)
+            for method, beam in (("greedy", 1), ("beam", beam_size)):
+                def decode(batch, x):
+                    longest = x.shape[1] if length is None else length
+                    kw = (dict(max_decoding_length=int(1.5 * longest) + 10) if length is None
+                          else dict(max_decoding_length=length, min_decoding_length=length))
+                    return translator.translate_batch(batch, beam_size=beam, length_penalty=alpha,
+                                                      return_end_token=True, **kw)
+                decode(sources[0], batches[0])  # warm-up
+                start, tokens, outputs = time.perf_counter(), 0, []
+                for batch, x in zip(sources, batches):
+                    for result in decode(batch, x):
+                        tokens += len(result.hypotheses[0])
+                        outputs.append([index[p] for p in result.hypotheses[0]])
+                results[quantization, method] = (time.perf_counter() - start, tokens, outputs)
+    return results
 
 
 def main(argv=None):
@@ -66,6 +108,9 @@ def main(argv=None):
     parser.add_argument("--batch_sentences", type=int, default=64, help="sentences per batch")
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--ctranslate2", default="float32,int8",
+                        help="CTranslate2 weight types to time beside ours (comma-separated; none: skip)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads")
     args, hp = common.parse(parser, argv)
     import keras
 
@@ -96,22 +141,42 @@ def main(argv=None):
     section("Warm up: compile for every batch shape (timed apart)")
     shapes = list({b.shape: b for b in batches}.values())
     for method in ("uncached", "cached", "beam"):
-        seconds, _ = run(method, model, shapes, length, args.beam_size, args.alpha)
+        seconds, _, _ = run(method, model, shapes, length, args.beam_size, args.alpha)
         print(f"{method:8s} {len(shapes)} shapes: {seconds:.1f} s (tracing/compiling and one batch each)", flush=True)
 
     section(f"Decode {len(src)} sentences in {len(batches)} batches")
     results = {}
     for method in ("uncached", "cached", "beam"):
-        seconds, tokens = run(method, model, batches, length, args.beam_size, args.alpha)
-        results[method] = (seconds, tokens)
+        seconds, tokens, outputs = run(method, model, batches, length, args.beam_size, args.alpha)
+        results[method] = (seconds, tokens, outputs)
         name = {"uncached": "uncached greedy (reference's way)", "cached": "cached greedy",
                 "beam": f"cached beam {args.beam_size}"}[method]
         print(f"{name:36s} {seconds:8.2f} s  {len(src) / seconds:8.1f} sent/s  {tokens / seconds:9.1f} tok/s",
               flush=True)
-    (t_unc, _), (t_greedy, n_greedy), (t_beam, n_beam) = results["uncached"], results["cached"], results["beam"]
-    print(f"decode_speed cached_vs_uncached={t_unc / t_greedy:.2f} beam{args.beam_size}_vs_greedy="
-          f"{t_beam / t_greedy:.2f} greedy_tok_s={n_greedy / t_greedy:.0f} "
-          f"beam{args.beam_size}_tok_s={n_beam / t_beam:.0f}")
+    (t_unc, _, _), (t_greedy, n_greedy, greedy_out), (t_beam, n_beam, _) = (
+        results["uncached"], results["cached"], results["beam"])
+    quantizations = [q.strip() for q in args.ctranslate2.split(",") if q.strip() and q.strip() != "none"]
+    ct2 = ctranslate2_runs(model, batches, length, args.beam_size, args.alpha, quantizations, args.threads)
+    for quantization in quantizations:
+        for method in ("greedy", "beam"):
+            seconds, tokens, outputs = ct2[quantization, method]
+            name = f"CTranslate2 {quantization} " + ("greedy" if method == "greedy" else f"beam {args.beam_size}")
+            same = ""
+            if method == "greedy" and length is None:
+                agree = sum(a == b for a, b in zip(outputs, greedy_out))
+                same = f"  same output as ours: {agree}/{len(outputs)}"
+            print(f"{name:36s} {seconds:8.2f} s  {len(src) / seconds:8.1f} sent/s  {tokens / seconds:9.1f} tok/s"
+                  f"{same}", flush=True)
+    line = (f"decode_speed cached_vs_uncached={t_unc / t_greedy:.2f} beam{args.beam_size}_vs_greedy="
+            f"{t_beam / t_greedy:.2f} greedy_tok_s={n_greedy / t_greedy:.0f} "
+            f"beam{args.beam_size}_tok_s={n_beam / t_beam:.0f}")
+    if quantizations:
+        q = quantizations[0]
+        (ct_greedy_s, ct_greedy_n, _), (ct_beam_s, ct_beam_n, _) = ct2[q, "greedy"], ct2[q, "beam"]
+        line += (f" ct2_greedy_tok_s={ct_greedy_n / ct_greedy_s:.0f} ct2_beam{args.beam_size}_tok_s="
+                 f"{ct_beam_n / ct_beam_s:.0f} ct2_vs_ours_greedy={(ct_greedy_n / ct_greedy_s) / (n_greedy / t_greedy):.2f}"
+                 f" ct2_vs_ours_beam{args.beam_size}={(ct_beam_n / ct_beam_s) / (n_beam / t_beam):.2f}")
+    print(line)
 
 
 if __name__ == "__main__":

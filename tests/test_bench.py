@@ -17,10 +17,12 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert re.fullmatch(r"train_speed preset=sample tgt_tok_s=\d+ mfu=[\d.]+ ref_shaped_tgt_tok_s=\d+ "
                         r"peak_rss_mb=\d+ precision=\w+ mfu_float32=[\d.]+", train.stdout.strip().splitlines()[-1])
     decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--length", "5",
-                        "--prepro_dir", prepro_dir)
+                        "--prepro_dir", prepro_dir, "--ctranslate2", "float32")
     assert decode.returncode == 0, decode.stderr[-2000:]
     assert re.fullmatch(r"decode_speed cached_vs_uncached=[\d.]+ beam4_vs_greedy=[\d.]+ greedy_tok_s=\d+ "
-                        r"beam4_tok_s=\d+", decode.stdout.strip().splitlines()[-1])
+                        r"beam4_tok_s=\d+ ct2_greedy_tok_s=\d+ ct2_beam4_tok_s=\d+ ct2_vs_ours_greedy=[\d.]+ "
+                        r"ct2_vs_ours_beam4=[\d.]+", decode.stdout.strip().splitlines()[-1])
+    assert re.search(r"CTranslate2 float32 greedy .* tok/s", decode.stdout)
     assert "exactly 5 output tokens" in decode.stdout
     kernels = run_script("bench/kernel_speed.py", "--preset", "sample", "--steps", "2", "--rounds", "1",
                          "--tricks", "dropout", "--sentences", "8", "--prepro_dir", prepro_dir)
