@@ -91,7 +91,7 @@ def main(argv=None):
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
-    scores = bleu_scores(hypotheses, references)
+    scores = bleu_scores(hypotheses, references, hp.tgt_lang)
     text = format_scores(scores, args.split, extra=", " + decoding_name(args.beam_size, args.alpha))
     name = os.path.basename(ckpt)[:-len(".keras")]
     tag = "" if args.beam_size == 1 else f"_beam{args.beam_size}a{args.alpha:g}"

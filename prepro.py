@@ -35,6 +35,9 @@ import hyperparams
 from utils import UserError, check_writable, run_cli, section
 
 SPLITS = ("train", "dev", "test")
+# Other names a split's files go by (parallel corpora), tried when --<split>_prefix's are missing:
+# {train,dev,test}.<lang> and Multi30k's val / test_2016_flickr are both found with either preset.
+PREFIX_ALTERNATIVES = {"train": ("train",), "dev": ("dev", "val", "valid"), "test": ("test", "test_2016_flickr")}
 IWSLT_SETS = {"dev": "tst2013", "test": "tst2014"}
 # A line of train.tags.* that begins with an XML tag (<url>, <talkid>, <keywords>, <speaker>, <title>,
 # <description>, <reviewer href=...>, <translator href=...>, <doc ...>, </doc>, ...) is metadata.
@@ -191,7 +194,12 @@ def corpus_files(hp):
     files, missing = {}, []
     if hp.corpus == "parallel":
         for split, prefix in zip(SPLITS, (hp.train_prefix, hp.dev_prefix, hp.test_prefix)):
-            paths = [_find_first(d, [f"{prefix}.{lang}", f"{prefix}.{lang}.gz"]) for lang in (s, t)]
+            for name in (prefix,) + tuple(p for p in PREFIX_ALTERNATIVES[split] if p != prefix):
+                paths = [_find_first(d, [f"{name}.{lang}", f"{name}.{lang}.gz"]) for lang in (s, t)]
+                if None not in paths:
+                    break
+            else:
+                paths = [_find_first(d, [f"{prefix}.{lang}", f"{prefix}.{lang}.gz"]) for lang in (s, t)]
             missing += [f"{prefix}.{lang}[.gz]" for lang, p in zip((s, t), paths) if p is None]
             files[split] = (read_parallel, *paths)
     else:
@@ -207,6 +215,10 @@ def corpus_files(hp):
     if missing:
         hint = ("run `python prepro.py --preset ... --download` with a network, or copy the release there"
                 if hp.data_dir.startswith("data/") else "point --data_dir at the folder that holds them")
+        if hp.corpus == "parallel":
+            hint += (f"; for another language pair name the files train.<lang>, dev.<lang>, test.<lang> "
+                     f"(e.g. train.en and train.fr) and pass --src_lang and --tgt_lang here, once: "
+                     f"training, eval and translate read them from --prepro_dir")
         raise UserError(f"{d}: missing corpus files {', '.join(missing)}: {hint}")
     return files
 

@@ -7,12 +7,18 @@ is the one to compare with the reference's published figures.
 """
 from utils import atomic_write
 
+# sacreBLEU's tokenizer for a target language: 13a splits at spaces and punctuation, which finds no
+# words in languages written without spaces; Chinese has its own, the others are scored on characters
+# (its signature says tok:char; sacreBLEU's ja-mecab and ko-mecab need MeCab, not installed here).
+TOKENIZERS = {"zh": "zh", "ja": "char", "ko": "char", "th": "char", "my": "char", "km": "char", "lo": "char"}
 
-def bleu_scores(hypotheses, references):
-    """Corpus BLEU of detokenized hypotheses against one reference each.
+
+def bleu_scores(hypotheses, references, language="en"):
+    """Corpus BLEU of detokenized hypotheses against one reference each, in the target language
+    `language` (an ISO 639-1 code: TOKENIZERS).
 
     Returns:
-      dict: sacrebleu (13a, cased) score and signature; reference (tokenize none, as the
+      dict: sacrebleu (13a or the language's tokenizer, cased) score and signature; reference (tokenize none, as the
       reference's multi-bleu.perl on raw text) score and signature; reference_report, the line
       multi-bleu.perl prints for that score.
     """
@@ -22,7 +28,7 @@ def bleu_scores(hypotheses, references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     out = {}
     # multi-bleu.perl does not smooth: a corpus without a matching 4-gram scores 0
-    for key, tokenize, smooth in (("sacrebleu", "13a", "exp"), ("reference", "none", "none")):
+    for key, tokenize, smooth in (("sacrebleu", TOKENIZERS.get(language, "13a"), "exp"), ("reference", "none", "none")):
         metric = BLEU(tokenize=tokenize, smooth_method=smooth)
         score = metric.corpus_score(hypotheses, [references])
         out[key], out[key + "_signature"] = score.score, str(metric.get_signature())

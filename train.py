@@ -186,6 +186,20 @@ def settings_for_resume(hp, step):
     return hp
 
 
+def with_languages(hp, given):
+    """hp with the source and target languages that prepro.py recorded in the prepro folder, so
+    that --src_lang/--tgt_lang are given once, to prepro.py; saved in hparams.json, they reach
+    eval.py and translate.py. Languages given here must be the folder's."""
+    meta = data_load.load_meta(hp.prepro_dir)
+    recorded = {"src_lang": meta.get("src_lang", hp.src_lang), "tgt_lang": meta.get("tgt_lang", hp.tgt_lang)}
+    differ = [f"--{k} {given[k]} (the folder holds {v})" for k, v in recorded.items() if given.get(k, v) != v]
+    if differ:
+        raise UserError(f"{hp.prepro_dir} was made for {recorded['src_lang']}->{recorded['tgt_lang']}: "
+                        f"{', '.join(differ)}; drop the language flags (prepro.py's are used) or run "
+                        f"prepro.py for that pair into another --prepro_dir")
+    return dataclasses.replace(hp, **recorded)
+
+
 def start_or_resume(hp, out):
     """Check the log directory before training: a run already in it is resumed only with the
     settings and data it started with (settings_for_resume, checkpoints.check_same_data); a new run
@@ -342,7 +356,7 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev.loss_batches]))
     hypotheses = translate_lines(model, sp, dev.sources, hp.maxlen1, hp.eval_tokens_per_batch, desc="dev BLEU",
                                  source=os.path.join(hp.prepro_dir, f"dev.{hp.src_lang}"), whole=True)
-    scores = bleu_scores(hypotheses, dev.references)
+    scores = bleu_scores(hypotheses, dev.references, hp.tgt_lang)
     eval_seconds = time.time() - start
 
     # Named as the reference names its checkpoints: E<epoch>L<training loss>B<dev BLEU the
@@ -376,7 +390,7 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
 
 def main(argv=None):
     started = time.time()
-    hp, _, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv)
+    hp, _, given = hyperparams.parse_args(__doc__.split("\n\n")[0], argv)
     import keras
 
     section("Settings")
@@ -384,11 +398,13 @@ def main(argv=None):
     print(run.describe())
     if hp.skip_nonfinite and devices.backend() != "tensorflow":
         raise UserError("--skip_nonfinite 1 (model.SkipNonfinite) works with KERAS_BACKEND=tensorflow only")
-    print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
     # In a multi-worker run every worker reads hp.logdir (shared storage) and only the chief
     # writes there; the others write into a scratch directory.
-    out = hp if run.chief else dataclasses.replace(hp, logdir=tempfile.mkdtemp(prefix="transformer-worker-"))
-    lock = lock_directory(out.logdir)  # noqa: F841  (held until the process ends)
+    logdir = hp.logdir if run.chief else tempfile.mkdtemp(prefix="transformer-worker-")
+    lock = lock_directory(logdir)  # noqa: F841  (held until the process ends)
+    hp = with_languages(hp, given)
+    print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
+    out = dataclasses.replace(hp, logdir=logdir)
     start_or_resume(hp, out)
     keras.utils.set_random_seed(hp.seed)
 
