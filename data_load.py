@@ -76,6 +76,31 @@ def output_ids(output_vocab, tgt):
     return [int(i) for i in seen]
 
 
+def pieces_within(sp, texts):
+    """The ids of the pieces whose text lies within a word of texts (the word's leading "▁"
+    included): every piece a sampled segmentation of texts can hold (subword_sampling: BPE-dropout
+    splits a word into pieces of itself, which the deterministic segmentation may never use)."""
+    words = {"\u2581" + w for text in texts for w in text.split()}
+    longest = max((len(sp.id_to_piece(i)) for i in range(4, sp.get_piece_size())), default=0)
+    inside = {w[a:b] for w in words for a in range(len(w)) for b in range(a + 1, min(len(w), a + longest) + 1)}
+    return [i for i in range(4, sp.get_piece_size()) if sp.id_to_piece(i) in inside]
+
+
+def resegmenter(sp, sources, targets, alpha, seed):
+    """For --subword_sampling alpha: a function of the epoch that gives the source and target id
+    lists of sources and targets (texts) segmented anew by BPE-dropout (sentencepiece's sampling:
+    each merge skipped with probability alpha), the same for the same (seed, epoch)."""
+    import sentencepiece as spm
+
+    def resegment(epoch):
+        spm.set_random_generator_seed(seed * 100003 + epoch)
+        # one thread: a threaded encode would share the random generator in an unknown order
+        encode = lambda texts: sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1,  # noqa: E731
+                                         num_threads=1)
+        return encode(sources), encode(targets)
+    return resegment
+
+
 def load_text(prepro_dir, split, lang):
     """The raw sentences of one side of a split, as prepro.py read them."""
     path = os.path.join(prepro_dir, f"{split}.{lang}")
@@ -211,26 +236,38 @@ class TrainBatches:
     batches of similar lengths, or with batch_sentences > 0 that many random sentences a batch.
 
     The batch plan of epoch e depends only on (seed, e), so a resumed run sees the batches the
-    uninterrupted run would have seen.
+    uninterrupted run would have seen. With resegment (resegmenter: subword sampling), each epoch's
+    pairs are segmented anew, `plan(epoch)` switching to them.
     """
 
     def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE,
-                 batch_sentences=0):
-        keep, self.dropped = filter_long(src, tgt, maxlen1, maxlen2)
+                 batch_sentences=0, resegment=None):
+        self.maxlen1, self.maxlen2, self.resegment, self.segmented_for = maxlen1, maxlen2, resegment, None
+        self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
+        self.batch_sentences = batch_sentences
+        # ids a target may hold besides those of the current segmentation (output_ids: the softmax
+        # must cover them); set for subword sampling (pieces_within)
+        self.more_target_ids = []
+        self.use(src, tgt)
+
+    def use(self, src, tgt):
+        """Take these pairs, dropping those longer than maxlen1 / maxlen2."""
+        keep, self.dropped = filter_long(src, tgt, self.maxlen1, self.maxlen2)
         if len(keep) == 0:
-            raise UserError(f"no training pair fits maxlen1 {maxlen1} / maxlen2 {maxlen2}: raise them")
+            raise UserError(f"no training pair fits maxlen1 {self.maxlen1} / maxlen2 {self.maxlen2}: raise them")
         self.src = [src[i] for i in keep]
         self.tgt = [tgt[i] for i in keep]
         self.src_lens = np.array([len(s) + 1 for s in self.src])
         self.tgt_lens = np.array([len(t) + 1 for t in self.tgt])
-        self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
-        self.batch_sentences = batch_sentences
 
     def __len__(self):
         return len(self.src)
 
     def plan(self, epoch):
-        """Index batches of `epoch` (0-based)."""
+        """Index batches of `epoch` (0-based), into that epoch's pairs."""
+        if self.resegment is not None and self.segmented_for != epoch:
+            self.use(*self.resegment(epoch))
+            self.segmented_for = epoch
         rng = np.random.default_rng([self.seed, epoch])
         if self.batch_sentences:
             return sentence_batches(len(self.src), self.batch_sentences, rng)

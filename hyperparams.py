@@ -77,6 +77,8 @@ class Hparams:
 
     tokens_per_batch: int = setting(1024, "training", "token budget of a batch: sentences x padded length of "
                                                       "the longer side")
+    subword_sampling: float = setting(0.0, "training", "BPE-dropout: every epoch re-segments the training text, "
+                                                       "each merge skipped with this probability (0: off)")
     batch_sentences: int = setting(0, "training", "> 0: batches of this many random sentences padded to the "
                                                   "longest (the reference: 128) instead of token budgets")
     precision: str = setting("auto", "devices", "float32, mixed_bfloat16, mixed_float16, or auto: "
@@ -219,6 +221,8 @@ def validate(hp):
         problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
     if hp.batch_sentences < 0:
         problems.append(f"--batch_sentences must be 0 (token budgets) or positive (got {hp.batch_sentences})")
+    if not 0.0 <= hp.subword_sampling < 1.0:
+        problems.append(f"subword_sampling must be in [0, 1) (got {hp.subword_sampling})")
     if not 0.0 < hp.adam_beta2 < 1.0 or hp.adam_epsilon <= 0 or hp.layer_norm_epsilon <= 0:
         problems.append("adam_beta2 must be in (0, 1), adam_epsilon and layer_norm_epsilon positive")
     if hp.save_every_steps < 0:

@@ -166,3 +166,25 @@ def test_large_tensors_reuse_memory_instead_of_page_faulting():
     if default < 4000:
         pytest.skip(f"malloc did not page-fault large tensors here ({default:.0f} faults a call)")
     assert ours < default / 4, (ours, default)
+
+
+def test_subword_sampling_resegments_each_epoch_reproducibly(tmp_path):
+    """BPE-dropout (--subword_sampling): each epoch's pairs are a new segmentation of the same text,
+    the same again for the same (seed, epoch); every piece a sampled target holds is among
+    pieces_within, so the softmax covers it; alpha 0 is the deterministic segmentation."""
+    from conftest import ENGLISH, GERMAN
+    from prepro import train_bpe
+    sp = train_bpe(GERMAN * 20 + ENGLISH * 20, str(tmp_path / "bpe"), 120, 0)
+    src, tgt = GERMAN * 20, ENGLISH * 20
+    resegment = data_load.resegmenter(sp, src, tgt, 0.5, 7)
+    first, again, second = resegment(0), resegment(0), resegment(1)
+    assert first == again and first != second
+    assert [sp.decode(ids) for ids in first[1]] == tgt  # the same text, other pieces
+    assert sum(map(len, first[1])) > sum(map(len, sp.encode(tgt)))
+    within = set(data_load.pieces_within(sp, tgt))
+    assert {i for ids in first[1] + second[1] for i in ids} <= within
+    assert not within >= {i for ids in sp.encode(src) for i in ids}  # German-only pieces stay out
+    batches = data_load.TrainBatches(sp.encode(src), sp.encode(tgt), 256, 7, 50, 50, resegment=resegment)
+    plan = batches.plan(1)
+    assert batches.tgt == second[1] and sorted(np.concatenate(plan).tolist()) == list(range(len(tgt)))
+    assert data_load.resegmenter(sp, src, tgt, 0.0, 7)(0) == (sp.encode(src), sp.encode(tgt))
