@@ -276,7 +276,7 @@ def load_data(hp, run):
     if resegment is not None:
         train.more_target_ids = data_load.pieces_within(sp, texts[1])
         print(f"subword sampling: every epoch's training text segmented anew, each BPE merge skipped with "
-              f"probability {hp.subword_sampling} (the pairs and batches above: epoch 1's)")
+              f"probability {hp.subword_sampling} (the pairs and batches below: epoch 1's)")
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
           f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
           f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
