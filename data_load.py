@@ -241,13 +241,13 @@ class TrainBatches:
     """
 
     def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE,
-                 batch_sentences=0, resegment=None):
+                 batch_sentences=0, resegment=None, extra_target_ids=()):
         self.maxlen1, self.maxlen2, self.resegment, self.segmented_for = maxlen1, maxlen2, resegment, None
         self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
         self.batch_sentences = batch_sentences
-        # ids a target may hold besides those of the current segmentation (output_ids: the softmax
-        # must cover them); set for subword sampling (pieces_within)
-        self.more_target_ids = []
+        # ids a target may hold besides those of the current segmentation: the softmax must cover
+        # them too (subword sampling: pieces_within)
+        self.extra_target_ids = np.asarray(extra_target_ids, np.int64)
         self.use(src, tgt)
 
     def use(self, src, tgt):
@@ -262,6 +262,11 @@ class TrainBatches:
 
     def __len__(self):
         return len(self.src)
+
+    def target_ids(self):
+        """Every id the decoder must be able to output, as output_ids takes them: the targets' and
+        the extra ones."""
+        return self.tgt + [self.extra_target_ids]
 
     def plan(self, epoch):
         """Index batches of `epoch` (0-based), into that epoch's pairs."""

@@ -266,15 +266,15 @@ def load_data(hp, run):
     decay or None), with what they hold printed."""
     meta = data_load.load_meta(hp.prepro_dir)
     sp = data_load.load_vocab(hp.prepro_dir)
-    resegment = None
+    resegment, extra_target_ids = None, ()
     if hp.subword_sampling:
         texts = [data_load.load_text(hp.prepro_dir, "train", lang) for lang in (hp.src_lang, hp.tgt_lang)]
         resegment = data_load.resegmenter(sp, *texts, hp.subword_sampling, hp.seed)
+        extra_target_ids = data_load.pieces_within(sp, texts[1])
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
                                    hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
-                                   run.length_multiple, hp.batch_sentences, resegment)
+                                   run.length_multiple, hp.batch_sentences, resegment, extra_target_ids)
     if resegment is not None:
-        train.more_target_ids = data_load.pieces_within(sp, texts[1])
         print(f"subword sampling: every epoch's training text segmented anew, each BPE merge skipped with "
               f"probability {hp.subword_sampling} (the pairs and batches below: epoch 1's)")
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
@@ -305,7 +305,7 @@ def build_or_resume(hp, run, train, vocab_size, total_steps):
     found = checkpoints.newest(hp.logdir)
     if not found:
         with run.scope:
-            output_ids = data_load.output_ids(hp.output_vocab, train.tgt + [np.asarray(train.more_target_ids, np.int64)])
+            output_ids = data_load.output_ids(hp.output_vocab, train.target_ids())
             model = transformer.compile_model(transformer.make_model(hp, vocab_size, output_ids), hp, total_steps)
         return model, 0, 0, (0.0, 0.0)
     path, state = found

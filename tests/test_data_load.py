@@ -184,7 +184,9 @@ def test_subword_sampling_resegments_each_epoch_reproducibly(tmp_path):
     within = set(data_load.pieces_within(sp, tgt))
     assert {i for ids in first[1] + second[1] for i in ids} <= within
     assert not within >= {i for ids in sp.encode(src) for i in ids}  # German-only pieces stay out
-    batches = data_load.TrainBatches(sp.encode(src), sp.encode(tgt), 256, 7, 50, 50, resegment=resegment)
+    batches = data_load.TrainBatches(sp.encode(src), sp.encode(tgt), 256, 7, 50, 50, resegment=resegment,
+                                     extra_target_ids=sorted(within))
     plan = batches.plan(1)
     assert batches.tgt == second[1] and sorted(np.concatenate(plan).tolist()) == list(range(len(tgt)))
+    assert set(data_load.output_ids("target", batches.target_ids())) == within | {0, 1, 2, 3}
     assert data_load.resegmenter(sp, src, tgt, 0.0, 7)(0) == (sp.encode(src), sp.encode(tgt))
