@@ -8,17 +8,17 @@ One heatmap for every layer and head of the decoder's attention over the encoder
 the side, each row the weights (summing to 1) with which that output piece was chosen. With
 --encoder, the encoder's self-attention too, a row of heatmaps per layer below. Prints the
 translation. The weights are those of the model translating the sentence: it is decoded first
-(greedy, or beam search with --beam_size), then run once more over its own output with every
-attention layer keeping its weights (modules.MultiHeadAttention.keep_attention).
+(as the run decodes: greedy, or beam search where its --beam_size is above 1), then run once more
+over its own output with every attention layer keeping its weights
+(modules.MultiHeadAttention.keep_attention).
 """
 import os
 
 import hyperparams
-from eval import add_decoding_arguments
 from translate import Translator
 from utils import UserError, atomic_write, run_cli
 
-SETTINGS = ("prepro_dir", "model", "devices", "logdir")
+SETTINGS = ("prepro_dir", "model", "devices", "beam_size", "alpha", "logdir")
 
 
 def attention_maps(translator, sentence, beam_size=1, alpha=0.6, encoder=False):
@@ -100,14 +100,13 @@ def main(argv=None):
         parser.add_argument("--encoder", action="store_true",
                             help="also draw the encoder's self-attention, a row per layer")
         parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
-        add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
     hp = hyperparams.settings_for_logdir(hp, overrides)
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")
     translator = Translator(ckpt=args.ckpt, hp=hp)
-    _, _, translation, maps = attention_maps(translator, args.sentence, args.beam_size, args.alpha, args.encoder)
+    _, _, translation, maps = attention_maps(translator, args.sentence, hp.beam_size, hp.alpha, args.encoder)
     draw(maps, args.sentence, translation, args.output)
     print(translation)
     print(f"wrote {args.output}: {len(maps)} layers x {maps[0][1].shape[0]} heads")

@@ -10,7 +10,8 @@ sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<r
 the reference's layout (one translation a line, then the multi-bleu.perl line), and prints BLEU
 two ways: sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way
 (multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing).
-Decoding is greedy, or beam search with --beam_size K and length penalty --alpha.
+Decoding is the run's --beam_size and --alpha (its preset's; greedy where the beam is 1): give
+them to decode otherwise.
 """
 import os
 
@@ -53,13 +54,6 @@ def load_trained(hp, ckpt=None, preset="sample", average_last=1):
     return checkpoints.load(ckpt, hp, meta), sp, ckpt
 
 
-def add_decoding_arguments(parser):
-    parser.add_argument("--beam_size", type=int, default=1, metavar="INT",
-                        help="hypotheses kept by beam search; 1: greedy decoding")
-    parser.add_argument("--alpha", type=float, default=0.6, metavar="FLOAT",
-                        help="beam search length penalty exponent, ((5 + length) / 6) ** alpha")
-
-
 def decoding_name(beam_size, alpha):
     return "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
 
@@ -70,7 +64,6 @@ def main(argv=None):
         parser.add_argument("--split", default="test", choices=("dev", "test"), help="the split to translate and score")
         parser.add_argument("--average_last", type=int, default=1, metavar="INT",
                             help="average the weights of the newest INT epoch checkpoints")
-        add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
                                                  show=SETTINGS)
     hp = hyperparams.settings_for_logdir(hp, overrides)
@@ -84,17 +77,15 @@ def main(argv=None):
     from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
-    if args.beam_size < 1:
-        raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
-    hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, args.beam_size,
-                                 args.alpha, desc=args.split, whole=True,
+    hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, hp.beam_size,
+                                 hp.alpha, desc=args.split, whole=True,
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
     scores = bleu_scores(hypotheses, references, hp.tgt_lang)
-    text = format_scores(scores, args.split, extra=", " + decoding_name(args.beam_size, args.alpha))
+    text = format_scores(scores, args.split, extra=", " + decoding_name(hp.beam_size, hp.alpha))
     name = os.path.basename(ckpt)[:-len(".keras")]
-    tag = "" if args.beam_size == 1 else f"_beam{args.beam_size}a{args.alpha:g}"
+    tag = "" if hp.beam_size == 1 else f"_beam{hp.beam_size}a{hp.alpha:g}"
     path = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['sacrebleu']:.2f}.txt")
     write_results(path, sources, references, hypotheses, text)
     reference_layout = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['reference']:.2f}")

@@ -103,6 +103,10 @@ class Hparams:
     logdir: str = setting("log/sample", "run", "the run's folder: settings, vocabulary, checkpoints, logs")
     eval_sentences: int = setting(0, "evaluation", "dev sentences translated for BLEU after each epoch; 0: all")
     eval_tokens_per_batch: int = setting(4096, "evaluation", "token budget of a decoding batch")
+    beam_size: int = setting(1, "evaluation", "hypotheses kept by beam search in eval.py, translate.py and "
+                                              "attention.py; 1: greedy (the BLEU after each epoch is greedy)")
+    alpha: float = setting(0.6, "evaluation", "beam search length penalty exponent: a hypothesis' log "
+                                              "probability is divided by ((5 + length) / 6) ** alpha")
     keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt")
     save_every_steps: int = setting(300, "run", "also checkpoint mid-epoch every this many steps (0: only "
                                                 "per epoch)")
@@ -172,7 +176,7 @@ MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "max
 # still hold the run's data (checkpoints.check_same_data). Every other field is fixed once a run
 # has a checkpoint.
 RESUMABLE_FIELDS = ("num_epochs", "save_every_steps", "keep_checkpoints", "keep_step_checkpoints",
-                    "eval_sentences", "eval_tokens_per_batch", "kernels", "jit_compile", "strategy",
+                    "eval_sentences", "eval_tokens_per_batch", "beam_size", "alpha", "kernels", "jit_compile", "strategy",
                     "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir", "logdir",
                     "lr", "warmup_steps", "smoothing", "adam_beta2", "adam_epsilon")
 # What a field added after a run was saved meant before it existed (load_hparams).
@@ -203,7 +207,7 @@ def validate(hp):
     if hp.length_multiple < 0:
         problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
-                 "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "keep_checkpoints",
+                 "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "beam_size", "keep_checkpoints",
                  "keep_step_checkpoints"):
         if getattr(hp, name) < 1:
             problems.append(f"--{name} must be at least 1 (got {getattr(hp, name)})")
@@ -217,6 +221,8 @@ def validate(hp):
                         f"kept (maxlen1 {hp.maxlen1}, maxlen2 {hp.maxlen2}): raise it or lower maxlen")
     if not 0.0 <= hp.dropout_rate < 1.0:
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
+    if hp.alpha < 0:
+        problems.append(f"alpha must be 0 (no length penalty) or positive (got {hp.alpha})")
     if not 0.0 <= hp.smoothing < 1.0:
         problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
     if hp.batch_sentences < 0:

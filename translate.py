@@ -22,13 +22,13 @@ import os
 import sys
 
 import hyperparams
-from eval import add_decoding_arguments, load_trained
+from eval import load_trained
 from prepro import clean
 from utils import UserError, atomic_write, run_cli
 
 
 # The settings translate.py uses (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = ("prepro_dir", "model", "devices", "eval_tokens_per_batch", "logdir")
+SETTINGS = ("prepro_dir", "model", "devices", "eval_tokens_per_batch", "beam_size", "alpha", "logdir")
 
 
 def decode_lines(data, name, first_line=1):
@@ -80,17 +80,16 @@ class Translator:
     Args:
       logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
       ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
-      beam_size, alpha: the default decoding (1: greedy; see --beam_size, --alpha).
       hp: settings resolved already (translate.py's command line) instead of logdir's.
-      **settings: Hparams fields to override, as on the command line (kernels, eval_tokens_per_batch,
-        prepro_dir for a run from before <logdir>/vocab existed).
+      **settings: Hparams fields to override, as on the command line: beam_size and alpha (the
+        default decoding; the run's own otherwise), kernels, eval_tokens_per_batch, prepro_dir for a
+        run from before <logdir>/vocab existed.
     """
 
-    def __init__(self, logdir=None, ckpt=None, beam_size=1, alpha=0.6, hp=None, **settings):
+    def __init__(self, logdir=None, ckpt=None, hp=None, **settings):
         if hp is None:  # the run's saved settings
             hp = dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir, **settings)
         self.hp = hyperparams.validate(hp)
-        self.beam_size, self.alpha = beam_size, alpha
         self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt)
 
     def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
@@ -101,11 +100,11 @@ class Translator:
 
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, alpha, source, first_line)[0]
-        beam_size = self.beam_size if beam_size is None else beam_size
+        beam_size = self.hp.beam_size if beam_size is None else beam_size
         if beam_size < 1:
             raise UserError(f"beam_size must be at least 1 (got {beam_size})")
         return translate_lines(self.model, self.sp, [clean(s) for s in sentences], self.hp.maxlen1,
-                               self.hp.eval_tokens_per_batch, beam_size, self.alpha if alpha is None else alpha,
+                               self.hp.eval_tokens_per_batch, beam_size, self.hp.alpha if alpha is None else alpha,
                                source=source, first_line=first_line)
 
 
@@ -115,18 +114,15 @@ def main(argv=None):
         parser.add_argument("--input", metavar="PATH", help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",
                             help="file for the translations (default: stdout); its folder must exist")
-        add_decoding_arguments(parser)
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
                                                  show=SETTINGS)
     hp = hyperparams.settings_for_logdir(hp, overrides)
-    if args.beam_size < 1:
-        raise UserError(f"--beam_size must be at least 1 (got {args.beam_size})")
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise UserError(f"{args.output}: its folder {os.path.dirname(os.path.abspath(args.output))} does not "
                         f"exist; create it first")
     chunks = input_chunks(args.input)
     first = next(chunks, [])  # bad input at the start fails before the model is loaded
-    translator = Translator(ckpt=args.ckpt, beam_size=args.beam_size, alpha=args.alpha, hp=hp)
+    translator = Translator(ckpt=args.ckpt, hp=hp)
 
     def translate_all(out):
         line = 1

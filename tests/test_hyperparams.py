@@ -76,6 +76,8 @@ def test_overrides_for_every_field():
     (["--positional", "rotary"], "positional"),
     (["--lr_decay", "cosine"], "lr_decay"),
     (["--save_every_steps", "-1"], "save_every_steps"),
+    (["--beam_size", "0"], "beam_size must be at least 1"),
+    (["--alpha", "-1"], "alpha must be 0"),
 ])
 def test_settings_that_cannot_work(argv, words):
     with pytest.raises(UserError, match=words):

@@ -108,3 +108,5 @@ def test_translator_api_matches_the_script(quick_start):
     assert run.stdout.split("\n")[:-1] == got
     beam = translator.translate(lines, beam_size=4)
     assert len(beam) == 4 and beam[1] == "" and all(beam[i] for i in (0, 2, 3))
+    # the decoding a Translator uses unless told otherwise is a setting, as on the command line
+    assert Translator(str(tmp / "log"), beam_size=4).translate(lines) == beam
