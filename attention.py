@@ -21,8 +21,9 @@ from utils import UserError, atomic_write, run_cli
 SETTINGS = ("prepro_dir", "model", "devices", "beam_size", "alpha", "logdir")
 
 
-def attention_maps(translator, sentence, beam_size=1, alpha=0.6, encoder=False):
-    """Translate sentence and record the attention weights that produced it.
+def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False):
+    """Translate sentence and record the attention weights that produced it, decoding as the
+    translator's settings say (beam_size, alpha: otherwise).
 
     Returns:
       (source pieces, output pieces (</s> included), translation, maps): maps a list of
@@ -37,6 +38,8 @@ def attention_maps(translator, sentence, beam_size=1, alpha=0.6, encoder=False):
     from prepro import clean
 
     model, sp = translator.model, translator.sp
+    beam_size = translator.hp.beam_size if beam_size is None else beam_size
+    alpha = translator.hp.alpha if alpha is None else alpha
     text = clean(sentence)
     if not text:
         raise UserError("the sentence is empty: give the sentence to translate as the last argument")
@@ -106,7 +109,7 @@ def main(argv=None):
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")
     translator = Translator(ckpt=args.ckpt, hp=hp)
-    _, _, translation, maps = attention_maps(translator, args.sentence, hp.beam_size, hp.alpha, args.encoder)
+    _, _, translation, maps = attention_maps(translator, args.sentence, encoder=args.encoder)
     draw(maps, args.sentence, translation, args.output)
     print(translation)
     print(f"wrote {args.output}: {len(maps)} layers x {maps[0][1].shape[0]} heads")

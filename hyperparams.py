@@ -179,9 +179,9 @@ MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "max
 # still hold the run's data (checkpoints.check_same_data). Every other field is fixed once a run
 # has a checkpoint.
 RESUMABLE_FIELDS = ("num_epochs", "save_every_steps", "keep_checkpoints", "keep_step_checkpoints",
-                    "eval_sentences", "eval_tokens_per_batch", "beam_size", "alpha", "kernels", "jit_compile", "strategy",
-                    "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir", "logdir",
-                    "lr", "warmup_steps", "smoothing", "adam_beta2", "adam_epsilon")
+                    "eval_sentences", "eval_tokens_per_batch", "beam_size", "alpha", "kernels", "jit_compile",
+                    "strategy", "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir",
+                    "logdir", "lr", "warmup_steps", "smoothing", "adam_beta2", "adam_epsilon")
 # What a field added after a run was saved meant before it existed (load_hparams).
 SAVED_BEFORE = {"output_vocab": "all"}
 
