@@ -60,6 +60,8 @@ class Hparams:
     num_heads: int = setting(4, "model", "attention heads; d_model must be divisible by it (paper: 8)")
     dropout_rate: float = setting(0.1, "model", "dropout on embeddings, attention weights and (with "
                                                 "--residual_dropout) sublayer outputs")
+    attention_dropout: float = setting(-1.0, "model", "dropout on the attention weights alone; -1: the same as "
+                                                      "--dropout_rate")
     maxlen1: int = setting(50, "model", "longest source in tokens (with </s>) kept for training")
     maxlen2: int = setting(50, "model", "longest target in tokens (with </s>) kept for training")
     positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019) or learned (reference legacy)")
@@ -224,6 +226,8 @@ def validate(hp):
                         f"kept (maxlen1 {hp.maxlen1}, maxlen2 {hp.maxlen2}): raise it or lower maxlen")
     if not 0.0 <= hp.dropout_rate < 1.0:
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
+    if not (hp.attention_dropout == -1.0 or 0.0 <= hp.attention_dropout < 1.0):
+        problems.append(f"attention_dropout must be -1 (as dropout_rate) or in [0, 1) (got {hp.attention_dropout})")
     if hp.alpha < 0:
         problems.append(f"alpha must be 0 (no length penalty) or positive (got {hp.alpha})")
     if not 0.0 <= hp.smoothing < 1.0:

@@ -31,7 +31,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
                  maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, attention_output=True,
                  residual_dropout=True, layer_norm_epsilon=1e-6, embedding_init="normal", pad_logit="learned",
-                 **kwargs):
+                 attention_dropout=None, **kwargs):
         super().__init__(**kwargs)
         if output_ids is not None:
             output_ids = [int(i) for i in output_ids]
@@ -46,6 +46,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         # hyperparams.Hparams fields of the same names: the paper's choices or the reference's
         self.attention_output, self.residual_dropout = attention_output, residual_dropout
         self.layer_norm_epsilon, self.embedding_init, self.pad_logit = layer_norm_epsilon, embedding_init, pad_logit
+        self.attention_dropout = attention_dropout  # None: dropout_rate
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=embedding_init,
                                         zero_pad_logit=pad_logit == "zero", name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
@@ -53,7 +54,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.source_dropout = modules.Dropout(dropout_rate)
         self.target_dropout = modules.Dropout(dropout_rate)
         block = dict(output_projection=attention_output, residual_dropout=residual_dropout,
-                     epsilon=layer_norm_epsilon)
+                     epsilon=layer_norm_epsilon, attention_dropout=attention_dropout)
         self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"encoder_{i}")
                                for i in range(num_blocks)]
         self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"decoder_{i}")
@@ -106,7 +107,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                 "positional": self.positional, "output_ids": self.output_ids,
                 "attention_output": self.attention_output, "residual_dropout": self.residual_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon, "embedding_init": self.embedding_init,
-                "pad_logit": self.pad_logit}
+                "pad_logit": self.pad_logit, "attention_dropout": self.attention_dropout}
 
     def build_from_config(self, config):
         self.build_with_dummy()
@@ -129,7 +130,9 @@ def make_model(hp, vocab_size, output_ids=None):
                         dropout_rate=hp.dropout_rate, maxlen1=hp.maxlen1, maxlen2=hp.maxlen2,
                         positional=hp.positional, output_ids=output_ids, attention_output=hp.attention_output,
                         residual_dropout=hp.residual_dropout, layer_norm_epsilon=hp.layer_norm_epsilon,
-                        embedding_init=hp.embedding_init, pad_logit=hp.pad_logit, name="transformer")
+                        embedding_init=hp.embedding_init, pad_logit=hp.pad_logit,
+                        attention_dropout=None if hp.attention_dropout < 0 else hp.attention_dropout,
+                        name="transformer")
     model.build_with_dummy()
     return model
 

@@ -381,15 +381,18 @@ class EncoderBlock(keras.layers.Layer):
       output_projection: W^O in the attention (MultiHeadAttention).
       residual_dropout: dropout on each sublayer's output before the residual sum (section 5.4).
       epsilon: layer-norm epsilon.
+      attention_dropout: the attention weights' own rate instead of dropout_rate (None: dropout_rate).
     """
 
     def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
-                 residual_dropout=True, epsilon=1e-6, **kwargs):
+                 residual_dropout=True, epsilon=1e-6, attention_dropout=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
         self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
+        self.attention_dropout = attention_dropout
         residual = dropout_rate if residual_dropout else 0.0
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+        weights = dropout_rate if attention_dropout is None else attention_dropout
+        self.self_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
                                                  name="self_attention")
         self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
@@ -411,7 +414,7 @@ class EncoderBlock(keras.layers.Layer):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
                 "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
                 "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, "attention_dropout": self.attention_dropout}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -420,15 +423,17 @@ class DecoderBlock(keras.layers.Layer):
     AddNorm (section 3.1, decoder). Arguments as EncoderBlock's."""
 
     def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
-                 residual_dropout=True, epsilon=1e-6, **kwargs):
+                 residual_dropout=True, epsilon=1e-6, attention_dropout=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
         self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
+        self.attention_dropout = attention_dropout
         residual = dropout_rate if residual_dropout else 0.0
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+        weights = dropout_rate if attention_dropout is None else attention_dropout
+        self.self_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
                                                  name="self_attention")
         self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout_rate, output_projection,
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
                                                   name="cross_attention")
         self.cross_attention_norm = AddNorm(residual, epsilon, name="cross_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
@@ -479,7 +484,7 @@ class DecoderBlock(keras.layers.Layer):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
                 "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
                 "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, "attention_dropout": self.attention_dropout}
 
 
 # 5.4 Label smoothing, and the loss

@@ -10,6 +10,7 @@ import devices
 import hyperparams
 import model as transformer
 from data_load import BOS, EOS, PAD
+from utils import UserError
 
 
 def tiny(**kw):
@@ -189,6 +190,26 @@ def test_the_references_settings_zero_pad_logit_xavier_embeddings_no_wo_no_resid
     before = ops.convert_to_numpy(m.embedding.embeddings)[PAD].copy()
     m.train_on_batch((x, d), batch_of_two()[2])
     np.testing.assert_array_equal(ops.convert_to_numpy(m.embedding.embeddings)[PAD], before)
+
+
+def test_attention_dropout_sets_the_attention_weights_rate_alone_and_survives_saving(tmp_path):
+    """--attention_dropout: its own rate on the attention weights of every block (self and cross);
+    embeddings and sublayer outputs keep --dropout_rate; -1 (the default) means dropout_rate there too."""
+    hp = hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=1, num_heads=4, dropout_rate=0.2, attention_dropout=0.0)
+    m = transformer.make_model(hp, vocab_size=300)
+    enc, dec = m.encoder_blocks[0], m.decoder_blocks[0]
+    assert [a.dropout.rate for a in (enc.self_attention, dec.self_attention, dec.cross_attention)] == [0.0] * 3
+    assert enc.self_attention_norm.dropout.rate == 0.2 and dec.feed_forward_norm.dropout.rate == 0.2
+    assert m.source_dropout.rate == 0.2
+    path = str(tmp_path / "m.keras")
+    m.save(path)
+    loaded = keras.models.load_model(path, compile=False)
+    assert loaded.decoder_blocks[0].cross_attention.dropout.rate == 0.0
+    assert loaded.decoder_blocks[0].feed_forward_norm.dropout.rate == 0.2
+    same = transformer.make_model(dataclasses.replace(hp, attention_dropout=-1.0), vocab_size=300)
+    assert same.decoder_blocks[0].cross_attention.dropout.rate == 0.2
+    with pytest.raises(UserError, match="attention_dropout"):
+        hyperparams.validate(dataclasses.replace(hp, attention_dropout=1.5))
 
 
 def batch_of_two():
