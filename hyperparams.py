@@ -101,6 +101,8 @@ class Hparams:
                                                  "the end of --num_epochs)")
     num_epochs: int = setting(30, "training", "epochs to train (a resumed run may raise it)")
     smoothing: float = setting(0.1, "training", "label smoothing epsilon")
+    weight_decay: float = setting(0.0, "training", "decoupled weight decay (AdamW): each step every weight shrinks "
+                                                   "by weight_decay x learning rate; 0: none (paper, reference)")
     seed: int = setting(1234, "training", "seed of weights, batches, dropout and the BPE vocabulary")
     logdir: str = setting("log/sample", "run", "the run's folder: settings, vocabulary, checkpoints, logs")
     eval_sentences: int = setting(0, "evaluation", "dev sentences translated for BLEU after each epoch; 0: all")
@@ -183,7 +185,7 @@ MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "max
 RESUMABLE_FIELDS = ("num_epochs", "save_every_steps", "keep_checkpoints", "keep_step_checkpoints",
                     "eval_sentences", "eval_tokens_per_batch", "beam_size", "alpha", "kernels", "jit_compile",
                     "strategy", "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir",
-                    "logdir", "lr", "warmup_steps", "smoothing", "adam_beta2", "adam_epsilon")
+                    "logdir", "lr", "warmup_steps", "smoothing", "weight_decay", "adam_beta2", "adam_epsilon")
 # What a field added after a run was saved meant before it existed (load_hparams).
 SAVED_BEFORE = {"output_vocab": "all"}
 
@@ -230,6 +232,8 @@ def validate(hp):
         problems.append(f"attention_dropout must be -1 (as dropout_rate) or in [0, 1) (got {hp.attention_dropout})")
     if hp.alpha < 0:
         problems.append(f"alpha must be 0 (no length penalty) or positive (got {hp.alpha})")
+    if hp.weight_decay < 0:
+        problems.append(f"weight_decay must be 0 (off) or positive (got {hp.weight_decay})")
     if not 0.0 <= hp.smoothing < 1.0:
         problems.append(f"smoothing must be in [0, 1) (got {hp.smoothing})")
     if hp.batch_sentences < 0:

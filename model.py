@@ -180,11 +180,12 @@ class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
 def compile_model(model, hp, total_steps=None):
     """Adam (beta1 0.9; beta2 and eps hp.adam_beta2 and hp.adam_epsilon: 0.98 and 1e-9 in section
     5.3, 0.999 and 1e-8 in the reference) with warmup and hp.lr_decay's decay
-    (learning_rate), label-smoothed cross-entropy over non-pad tokens. With hp.skip_nonfinite,
+    (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), label-smoothed
+    cross-entropy over non-pad tokens. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
     adam = GuardedAdam if hp.skip_nonfinite else modules.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
-                     epsilon=hp.adam_epsilon)
+                     epsilon=hp.adam_epsilon, weight_decay=hp.weight_decay or None)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
     model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))

@@ -229,15 +229,17 @@ def numpy_smoothed_loss(logits, labels, epsilon):
     return per_token[labels != PAD].mean()
 
 
-@pytest.mark.parametrize("smoothing, beta_2, epsilon", [(0.0, 0.98, 1e-9), (0.3, 0.999, 1e-8)])
-def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2, epsilon):
+@pytest.mark.parametrize("smoothing, beta_2, epsilon, decay", [(0.0, 0.98, 1e-9, 0.0), (0.3, 0.999, 1e-8, 0.05)])
+def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2, epsilon, decay):
     """The compiled loss is the smoothed cross-entropy with hp.smoothing (the reference's
     --smoothing never reached its loss: it was always 0.1), and three updates of the compiled
     optimizer follow Adam with beta1 0.9, hp.adam_beta2 and hp.adam_epsilon (0.98 and 1e-9 in
     section 5.3; 0.999 and 1e-8 in the reference) and the warmup schedule. Gradients of 1e-8 on one
-    weight make eps count; gradients that change from step to step make the betas count."""
+    weight make eps count; gradients that change from step to step make the betas count. With
+    hp.weight_decay each weight first shrinks by decay x lr (decoupled, as AdamW)."""
     keras.utils.set_random_seed(0)
-    m, hp = tiny(smoothing=smoothing, lr=2e-3, warmup_steps=2, adam_beta2=beta_2, adam_epsilon=epsilon)
+    m, hp = tiny(smoothing=smoothing, lr=2e-3, warmup_steps=2, adam_beta2=beta_2, adam_epsilon=epsilon,
+                 weight_decay=decay)
     transformer.compile_model(m, hp)
     x, d, y = batch_of_two()
     logits = m((x, d))
@@ -257,7 +259,7 @@ def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2
             first = 0.9 * first + 0.1 * g
             second = beta_2 * second + (1 - beta_2) * g * g
             moments[i] = (first, second)
-            w[i] = w[i] - lr * np.sqrt(1 - beta_2 ** t) / (1 - 0.9 ** t) * first / (np.sqrt(second) + epsilon)
+            w[i] = w[i] * (1 - decay * lr) - lr * np.sqrt(1 - beta_2 ** t) / (1 - 0.9 ** t) * first / (np.sqrt(second) + epsilon)
     for v, want in zip(variables, w):
         np.testing.assert_allclose(ops.convert_to_numpy(v), want, rtol=2e-5, atol=1e-7, err_msg=v.path)
 
