@@ -8,7 +8,8 @@ from utils import UserError
 DEFAULT_PRESET = "multi30k"
 # Hparams fields the benches take as options: where the data is, and the size and batch budget to bench
 # the preset at.
-FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "output_vocab", "kernels", "tokens_per_batch")
+FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "attention_dropout", "output_vocab", "kernels",
+          "tokens_per_batch")
 
 
 def parser(doc):
