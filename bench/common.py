@@ -9,7 +9,7 @@ DEFAULT_PRESET = "multi30k"
 # Hparams fields the benches take as options: where the data is, and the size and batch budget to bench
 # the preset at.
 FIELDS = ("prepro_dir", "d_model", "d_ff", "num_blocks", "num_heads", "attention_dropout", "output_vocab", "kernels",
-          "tokens_per_batch")
+          "tokens_per_batch", "weight_decay")
 
 
 def parser(doc):
