@@ -58,8 +58,8 @@ class Hparams:
     d_ff: int = setting(256, "model", "inner width of the feed-forward network (paper: 2048)")
     num_blocks: int = setting(2, "model", "encoder and decoder blocks, each (paper: 6)")
     num_heads: int = setting(4, "model", "attention heads; d_model must be divisible by it (paper: 8)")
-    dropout_rate: float = setting(0.1, "model", "dropout on embeddings, attention weights and (with "
-                                                "--residual_dropout) sublayer outputs")
+    dropout_rate: float = setting(0.1, "model", "dropout on embeddings, attention weights (unless "
+                                                "--attention_dropout) and (with --residual_dropout) sublayer outputs")
     attention_dropout: float = setting(-1.0, "model", "dropout on the attention weights alone; -1: the same as "
                                                       "--dropout_rate")
     maxlen1: int = setting(50, "model", "longest source in tokens (with </s>) kept for training")

@@ -391,8 +391,8 @@ class EncoderBlock(keras.layers.Layer):
         self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
         self.attention_dropout = attention_dropout
         residual = dropout_rate if residual_dropout else 0.0
-        weights = dropout_rate if attention_dropout is None else attention_dropout
-        self.self_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
+        attention_rate = dropout_rate if attention_dropout is None else attention_dropout
+        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
                                                  name="self_attention")
         self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
@@ -429,11 +429,11 @@ class DecoderBlock(keras.layers.Layer):
         self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
         self.attention_dropout = attention_dropout
         residual = dropout_rate if residual_dropout else 0.0
-        weights = dropout_rate if attention_dropout is None else attention_dropout
-        self.self_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
+        attention_rate = dropout_rate if attention_dropout is None else attention_dropout
+        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
                                                  name="self_attention")
         self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, weights, output_projection,
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
                                                   name="cross_attention")
         self.cross_attention_norm = AddNorm(residual, epsilon, name="cross_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")

@@ -259,7 +259,8 @@ def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2
             first = 0.9 * first + 0.1 * g
             second = beta_2 * second + (1 - beta_2) * g * g
             moments[i] = (first, second)
-            w[i] = w[i] * (1 - decay * lr) - lr * np.sqrt(1 - beta_2 ** t) / (1 - 0.9 ** t) * first / (np.sqrt(second) + epsilon)
+            step = lr * np.sqrt(1 - beta_2 ** t) / (1 - 0.9 ** t) * first / (np.sqrt(second) + epsilon)
+            w[i] = w[i] * (1 - decay * lr) - step
     for v, want in zip(variables, w):
         np.testing.assert_allclose(ops.convert_to_numpy(v), want, rtol=2e-5, atol=1e-7, err_msg=v.path)
 
