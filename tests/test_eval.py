@@ -138,3 +138,13 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
     cut = decoding.translate_lines(evaluation.load_trained(evaluation.hyperparams.load_hparams(str(tmp / "log")))[0],
                                    sp, [long], 50, 4096, source="x")
     assert len(lengths) > 51 and "translated in" in capsys.readouterr().err and cut[0]
+
+
+def test_sacrebleu_keeps_its_smoothing_and_the_reference_way_has_none():
+    """sacreBLEU's default exponential smoothing (in its signature) gives a short hypothesis without
+    a matching 4-gram a score above 0; multi-bleu.perl's way does not smooth, and gives 0."""
+    import scoring
+
+    scores = scoring.bleu_scores(["a man rides"], ["a man rides a bike"])
+    assert "smooth:exp" in scores["sacrebleu_signature"] and "smooth:none" in scores["reference_signature"]
+    assert scores["sacrebleu"] > 0 and scores["reference"] == 0

@@ -236,3 +236,46 @@ def test_layers_serialize(layer, args):
     np.testing.assert_allclose(ops.convert_to_numpy(clone(*args)), out, atol=1e-6)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert restored.get_config() == layer.get_config()
+
+
+# The plain layers against their formulas, written out in NumPy
+
+def test_attention_weights_are_the_softmax_of_scaled_dot_products():
+    """softmax(Q K^T / sqrt(d_k) + bias) with d_k the head width, not d_model (section 3.2.1)."""
+    q, k = rand(N, H, T2, D // H, seed=30), rand(N, H, T1, D // H, seed=31)
+    bias = np.where(np.arange(T1) < 5, 0.0, modules.NEG_INF).astype("float32")  # the last two keys masked
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // H) + bias
+    want = np.exp(scores - scores.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    got = ops.convert_to_numpy(modules.attention_weights(q, k, bias))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.all(got[..., 5:] == 0)
+
+
+def test_feed_forward_is_relu_between_two_linear_maps():
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), on inputs whose pre-activations are
+    partly negative (where the ReLU matters)."""
+    ffn = modules.FeedForward(D, F)
+    x = rand(N, T1, D, seed=32)
+    out = ops.convert_to_numpy(ffn(x))
+    w1, b1 = (ops.convert_to_numpy(w) for w in (ffn.inner.kernel, ffn.inner.bias))
+    w2, b2 = (ops.convert_to_numpy(w) for w in (ffn.outer.kernel, ffn.outer.bias))
+    w1, w2 = w1.reshape(D, F), w2.reshape(F, D)  # kernel-size-1 convolutions: (1, in, out)
+    b1 = b1 + 0.5  # biases start at 0: move them so that a missing bias shows
+    ffn.inner.bias.assign(b1)
+    pre = x @ w1 + b1
+    assert (pre < 0).mean() > 0.2
+    np.testing.assert_allclose(ops.convert_to_numpy(ffn(x)), np.maximum(pre, 0) @ w2 + b2, rtol=1e-5, atol=1e-5)
+    assert out.shape == (N, T1, D)
+
+
+@pytest.mark.parametrize("epsilon", [1e-8, 1e-3, 0.5])
+def test_add_norm_normalizes_the_residual_sum_with_its_epsilon(epsilon):
+    """LayerNorm(x + Sublayer(x)): the residual added before the norm, the norm with the layer's
+    epsilon (a large one shows when it is ignored)."""
+    x, y = rand(N, T1, D, seed=33) * 0.3, rand(N, T1, D, seed=34) * 0.3
+    layer = modules.AddNorm(0.0, epsilon)
+    got = ops.convert_to_numpy(layer(x, y))
+    s = x + y
+    want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + epsilon)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
