@@ -173,19 +173,23 @@ def prune_steps(logdir, keep=0):
 # Loading
 
 def load(path, hp, vocabulary_meta=None):
-    """The model of a .keras checkpoint written by train.py, uncompiled; a UserError if it is
-    missing, damaged, of other settings than hp's, or trained with another vocabulary than
-    vocabulary_meta's (the meta.json of the vocabulary it is to be used with)."""
+    """The model of a .keras checkpoint written by train.py, uncompiled, built with hp.kernels'
+    parts (whatever it was trained with); a UserError if it is missing, damaged, of other settings
+    than hp's, or trained with another vocabulary than vocabulary_meta's (the meta.json of the
+    vocabulary it is to be used with)."""
     keras = import_keras()  # the first import of Keras in eval.py and translate.py: quietly
 
-    import fast
     import model as _model  # noqa: F401  (registers the model's classes for deserialization)
 
     if not os.path.isfile(path):
         raise UserError(f"{path}: checkpoint not found")
-    fast.use(hp.kernels)  # before the layers are constructed
     try:
-        m = keras.models.load_model(path, compile=False)
+        with zipfile.ZipFile(path) as z:
+            config = json.loads(z.read("config.json"))
+        config["config"]["kernels"] = hp.kernels
+        config.pop("compile_config", None)  # uncompiled, as load_model(compile=False)
+        m = keras.saving.deserialize_keras_object(config)  # built (its build_config)
+        m.load_weights(path)
     except Exception as e:  # Keras raises many types for a damaged or foreign file
         raise UserError(f"{path}: cannot load this checkpoint ({type(e).__name__}: {str(e).splitlines()[0]}); "
                         f"is it a complete .keras file written by train.py?") from None
@@ -195,7 +199,7 @@ def load(path, hp, vocabulary_meta=None):
         raise UserError(f"{path}: trained with another vocabulary than the run's own ({VOCAB_DIR}/bpe.model "
                         f"checksum differs); use the checkpoint with the log directory it was trained in")
     wanted = {f: getattr(hp, f) for f in hyperparams.MODEL_FIELDS}
-    got = {f: getattr(m, f) for f in hyperparams.MODEL_FIELDS}
+    got = {f: m.setting(f) for f in hyperparams.MODEL_FIELDS}
     if wanted != got:
         diff = ", ".join(f"{f} {got[f]} (settings say {wanted[f]})" for f in wanted if wanted[f] != got[f])
         raise UserError(f"{path}: checkpoint of a different model: {diff}; use the --logdir it was "

@@ -7,6 +7,7 @@ NumPy batches feed Keras on the JAX backend, where TensorFlow is not installed.
 import hashlib
 import json
 import os
+import unicodedata
 
 import numpy as np
 
@@ -108,6 +109,14 @@ def load_text(prepro_dir, split, lang):
         raise UserError(f"{path}: not found; run `python prepro.py` with the same --prepro_dir first")
     with open(path, encoding="utf-8", newline="\n") as f:  # lines end at \n only, as prepro wrote them
         return [line.rstrip("\n") for line in f]
+
+
+def clean(text):
+    """One sentence as the model and BLEU see it: Unicode NFKC, no byte-order mark or control
+    characters, every run of whitespace (tabs, CR, U+2028, ...) one space, no space at the ends."""
+    text = unicodedata.normalize("NFKC", text.replace("\ufeff", ""))
+    text = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+    return " ".join(text.split())
 
 
 def postprocess(sp, rows):

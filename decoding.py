@@ -3,8 +3,8 @@
 In the order a reader meets them: the reference's greedy decoding, which re-runs the whole decoder
 over the prefix for every new token (`uncached_greedy_step`); greedy decoding with key/value caches,
 one position per step (`greedy_loop`); batched beam search with the GNMT length penalty, the
-caches reordered with one gather per step (`beam_loop`; fast.py has a drop-in that keeps them in
-place). `greedy_decode` and `beam_search` run them compiled (`compiled`). Then text:
+caches reordered with one gather per step (`beam_loop` with `ReorderedCache`; fast.py has a cache
+layout that keeps them in place). `greedy_decode` and `beam_search` run them compiled (`compiled`). Then text:
 sentences batched by length under a token budget (`translate`), and lines longer than the model
 was trained on cut into pieces that are translated one by one and joined (`translate_lines`).
 
@@ -27,8 +27,6 @@ from modules import NEG_INF
 from utils import UserError
 
 
-# The drop-ins fast.use has put in place: a compiled loop is kept per name and this set.
-kernels_in_use = frozenset()
 # Arguments of the decoding functions that fix shapes or the loop's form: static under jax.jit.
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 
@@ -92,18 +90,27 @@ def start_decoding(model, source, max_len, repeat=1):
     return cross_caches, ops.repeat(source_mask, repeat, axis=0), caches
 
 
-def decode_step(model, tokens, step, cross_caches, source_mask, caches):
-    """One decoding step with caches: the previous tokens (N,) at position `step` ->
-    log-probabilities of the next token over the logits columns (N, V') and the updated caches."""
-    filled = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
-    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N, 1, d)
+def decode_step(model, tokens, step, cross_caches, source_mask, caches, target_mask=None, group=1):
+    """One decoding step with caches: the previous tokens (N*G,) at position `step` ->
+    log-probabilities of the next token over the logits columns (N*G, V') and the updated caches.
+
+    By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
+    the G adjacent rows of a sentence share one cache (fast.InPlaceBeamCache): they enter the
+    decoder blocks as G query positions of one row, write entries step*G..step*G+G-1, and
+    target_mask (N, G, L) says which entries each may see.
+    """
+    if target_mask is None:
+        target_mask = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
+    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*G, 1, d)
+    y = ops.reshape(y, (-1, group, model.d_model))  # (N, G, d)
     new_caches = []
     for block, cross_cache, cache in zip(model.decoder_blocks, cross_caches, caches):
-        y, cache = block(y, None, filled, source_mask, self_cache=cache, cross_cache=cross_cache,
-                         step=step)  # (N, 1, d)
+        y, cache = block(y, None, target_mask, source_mask, self_cache=cache, cross_cache=cross_cache,
+                         cache_index=step * group)  # (N, G, d)
         new_caches.append(cache)
-    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N, V')
-    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N, V')
+    y = ops.reshape(y, (-1, 1, model.d_model))  # (N*G, 1, d)
+    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N*G, V')
+    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*G, V')
 
 
 def greedy_loop(model, source, max_len, min_len):
@@ -221,12 +228,33 @@ def beam_result(state):
     return ids, scores
 
 
+class ReorderedCache:
+    """Beam search's caches, a row per hypothesis: start_decoding's with the encoder output's
+    keys/values repeated K times. After each step the rows are reordered with one gather, so that
+    row j holds the history of the hypothesis now in slot j (modules.Parts.beam_cache: None).
+
+    `initial` is the loop's cache state; `step(tokens, t, state)` gives the next-token
+    log-probabilities (N*K, V') and the new state; `reorder(state, parents)` follows parents (N, K).
+    """
+
+    def __init__(self, model, source, max_len, beam_size):
+        self.model = model
+        self.cross_caches, self.source_mask, self.initial = start_decoding(model, source, max_len, repeat=beam_size)
+        self.first_row = ops.expand_dims(ops.arange(ops.shape(source)[0], dtype="int32") * beam_size, 1)  # (N, 1)
+
+    def step(self, tokens, t, caches):
+        return decode_step(self.model, tokens, t, self.cross_caches, self.source_mask, caches)  # (N*K, V')
+
+    def reorder(self, caches, parents):
+        rows = ops.reshape(self.first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
+        return [tuple(ops.take(c, rows, axis=0) for c in cache) for cache in caches]  # (N*K, h, L, d_k) each
+
+
 def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     """Batched beam search as one loop in the graph; see `beam_search`.
 
-    Every sentence's K hypotheses are K rows of the decoder (the encoder output's keys/values
-    repeated K times). After each step the caches are reordered with one gather, so that row j
-    holds the history of the hypothesis now in slot j.
+    Every sentence's K hypotheses are K decoding rows; the caches follow them as the model's
+    parts say (ReorderedCache, or fast.py's InPlaceBeamCache).
 
     Args:
       source: (N, T1) ids.
@@ -237,21 +265,18 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
     """
     k, n = beam_size, ops.shape(source)[0]
-    cross_caches, source_mask, caches = start_decoding(model, source, max_len, repeat=k)
-    first_row = ops.expand_dims(ops.arange(n, dtype="int32") * k, 1)  # (N, 1) each sentence's row 0
+    cache = (model.parts.beam_cache or ReorderedCache)(model, source, max_len, k)
 
-    def cond(t, tokens, state, caches):
+    def cond(t, tokens, state, cache_state):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
-    def body(t, tokens, state, caches):
-        log_probs, caches = decode_step(model, tokens, t, cross_caches, source_mask, caches)  # (N*K, V')
+    def body(t, tokens, state, cache_state):
+        log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
         state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, alpha, state)
-        rows = ops.reshape(first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
-        caches = [tuple(ops.take(t, rows, axis=0) for t in cache) for cache in caches]  # (N*K, h, L, d_k)
-        return t + 1, tokens, state, caches
+        return t + 1, tokens, state, cache.reorder(cache_state, parents)
 
     start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"), beam_start(n, k, max_len),
-             caches)
+             cache.initial)
     _, _, state, _ = ops.while_loop(cond, body, start)
     return beam_result(state)
 
@@ -268,9 +293,9 @@ def compiled(model, name):
     in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
     """
     cache = model.__dict__.setdefault("_compiled_fns", {})
-    key = (name, kernels_in_use)
+    key = name
     if key not in cache:
-        fn = functools.partial(globals()[name], model)  # fast.py may have put a drop-in in its place
+        fn = functools.partial(globals()[name], model)
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
             loop = name.endswith("_loop")

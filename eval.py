@@ -15,43 +15,16 @@ them to decode otherwise.
 """
 import os
 
-import checkpoints
 import data_load
 import hyperparams
+from runs import load_trained
 from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import UserError, check_writable, run_cli, section
+from utils import check_writable, run_cli, section
 
 
 # The settings eval.py uses (--help shows these): the rest come from <logdir>/hparams.json; a model
 # setting given must match the checkpoint's.
 SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "devices", "evaluation", "logdir")
-
-
-def load_trained(hp, ckpt=None, preset="sample", average_last=1):
-    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
-    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed).
-
-    With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
-
-    Returns:
-      (model, sentencepiece processor, name of what was loaded).
-    """
-    found = checkpoints.epoch_checkpoints(hp.logdir)
-    if ckpt is None and not found:
-        raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
-                        f"(python train.py --preset {preset}) or pass --ckpt")
-    sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
-    if average_last > 1:
-        if ckpt is not None:
-            raise UserError("--average_last averages the newest checkpoints of --logdir: drop --ckpt")
-        if len(found) < average_last:
-            raise UserError(f"--average_last {average_last}: only {len(found)} checkpoints in "
-                            f"{os.path.join(hp.logdir, 'ckpt')} (keep more with --keep_checkpoints)")
-        paths = [p for _, p in found[-average_last:]]
-        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{average_last}.keras"
-        return (checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name))
-    ckpt = found[-1][1] if ckpt is None else ckpt
-    return checkpoints.load(ckpt, hp, meta), sp, ckpt
 
 
 def decoding_name(beam_size, alpha):

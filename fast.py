@@ -1,10 +1,10 @@
-"""The engine: drop-ins that make parts of modules.py and decoding.py faster on a backend.
+"""The engine: faster drop-ins for some of the primitives the layers are built from
+(modules.Parts), each the smallest piece that carries its gain.
 
 Each has the weights, the saved format and (within rounding) the values and gradients of the plain
-part it replaces; tests/test_fast.py checks each against it. `use(kernels)` puts them in place
-(train.py, eval.py and translate.py: --kernels auto|plain|fast); docs/speed.md gives each one's
-measured gain. Build the model after choosing: layers pick their Dropout and LayerNormalization
-when they are constructed.
+primitive it replaces; tests/test_fast.py checks each against it. `parts(kernels)` gives the
+modules.Parts a model is built with (--kernels auto|plain|fast): the model hands them to its
+layers, whose own `call` runs either way. docs/speed.md gives each one's measured gain.
 
   matmul_transposed       attention logits and output logits as one matmul that reads its second
                           operand transposed (TensorFlow: `transpose_b`), in the forward and
@@ -17,16 +17,13 @@ when they are constructed.
   beam_cache              beam search without reordering caches: each hypothesis attends to its
                           ancestors' entries, and the encoder output is not repeated K times
 """
+import dataclasses
+
 import keras
-import numpy as np
 from keras import ops
 
 import decoding
 import modules
-from data_load import BOS
-from modules import NEG_INF
-
-KERNELS = ("auto", "plain", "fast")
 
 
 # Attention and output logits: a @ b^T without a transposed copy
@@ -47,32 +44,13 @@ def matmul_transposed(a, b):
     return tf.matmul(a, b, transpose_b=True)
 
 
-def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
-    """modules.scaled_dot_product_attention, its logits by matmul_transposed."""
-    scores = ops.cast(matmul_transposed(q, k), "float32") / np.sqrt(q.shape[-1]).astype("float32")  # (N, h, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias  # (N, h, Tq, Tk)
-    weights = ops.cast(ops.softmax(scores, axis=-1), v.dtype)  # (N, h, Tq, Tk)
-    if dropout is not None:
-        weights = dropout(weights, training=training)  # (N, h, Tq, Tk)
-    return ops.matmul(weights, v)  # (N, h, Tq, d_k)
-
-
-def project(self, x, rows=None):
-    """modules.TokenEmbedding.project, by matmul_transposed."""
-    w = self.output_matrix(rows)  # (V or V', d)
-    return ops.cast(matmul_transposed(x, ops.cast(w, x.dtype)), "float32")  # (N, T, V or V')
-
-
 # Feed-forward: a kernel-size-1 convolution is a matmul with its (1, in, out) kernel
 
-def feed_forward(self, x):
-    """modules.FeedForward.call as two matmuls with the squeezed kernels (not sliced: a slice's
-    gradient is a copy into zeros)."""
-    inner, outer = self.inner, self.outer
-    h = ops.relu(ops.matmul(x, ops.cast(ops.squeeze(inner.kernel, 0), x.dtype))
-                 + ops.cast(inner.bias, x.dtype))  # (N, T, f)
-    return ops.matmul(h, ops.cast(ops.squeeze(outer.kernel, 0), x.dtype)) + ops.cast(outer.bias, x.dtype)  # (N, T, d)
+def pointwise(conv, x):
+    """modules.pointwise as a matmul with the squeezed (1, in, out) kernel (not sliced: a slice's
+    gradient is a copy into zeros), the bias and the convolution's activation."""
+    y = ops.matmul(x, ops.cast(ops.squeeze(conv.kernel, 0), x.dtype)) + ops.cast(conv.bias, x.dtype)  # (N, T, out)
+    return conv.activation(y)  # (N, T, out)
 
 
 # Dropout: cheaper random numbers
@@ -222,83 +200,49 @@ class Adam(keras.optimizers.Adam):
 
 # Beam search: caches kept in place
 
-def grouped_step(model, tokens, step, cross_kv, source_bias, caches, self_bias, group):
-    """decoding.decode_step for G hypotheses per sentence (rows adjacent) that share one cache:
-    entry p * G + g holds the key/value written at step p by the row then in slot g. Rows never
-    move; self_bias (N, 1, G, L*G) lets each attend to its ancestors' entries only. The G rows of a
-    sentence attend to its encoder output's keys and values (N, h, T1, d_k) as G query positions.
+class InPlaceBeamCache:
+    """Beam search's caches without reordering (modules.Parts.beam_cache): the K hypotheses of a
+    sentence share one cache, entry p * K + k holding the key/value written at step p by the
+    hypothesis then in slot k. Rows never move; each hypothesis carries the mask of its ancestors'
+    entries (`history`, reordered instead of the caches), and the encoder output's keys/values are
+    kept once per sentence, not K times. Each step runs decoding.decode_step with the K hypotheses
+    of a sentence as K query positions of one row. Methods as decoding.ReorderedCache's."""
 
-    Returns:
-      log-probabilities (N*G, V') and the caches (keys, values: (N, h, L*G, d_k) each) with step's
-      entries written.
-    """
-    d = model.d_model
-    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*G, 1, d)
-    new_caches = []
-    for block, kv, cache in zip(model.decoder_blocks, cross_kv, caches):
-        mha = block.self_attention
-        x = ops.reshape(y, (-1, group, d))  # (N, G, d)
-        q = mha.split_heads(mha.query_dense(x))  # (N, h, G, d_k)
-        cache = tuple(ops.slice_update(c, (0, 0, step * group, 0), ops.cast(new, c.dtype))
-                      for c, new in zip(cache, mha.keys_values(x)))  # (N, h, L*G, d_k) each
-        a = mha.output(modules.scaled_dot_product_attention(q, *cache, self_bias))  # (N, G, d)
-        y = block.self_attention_norm(y, ops.reshape(a, (-1, 1, d)))  # (N*G, 1, d)
-        cross = block.cross_attention
-        q = cross.split_heads(cross.query_dense(ops.reshape(y, (-1, group, d))))  # (N, h, G, d_k)
-        c = cross.output(modules.scaled_dot_product_attention(q, *kv, source_bias))  # (N, G, d)
-        y = block.cross_attention_norm(y, ops.reshape(c, (-1, 1, d)))  # (N*G, 1, d)
-        y = block.feed_forward_norm(y, block.feed_forward(y))  # (N*G, 1, d)
-        new_caches.append(cache)
-    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N*G, V')
-    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*G, V')
+    def __init__(self, model, source, max_len, beam_size):
+        self.model, self.k = model, beam_size
+        self.cross_caches, self.source_mask, caches = decoding.start_decoding(model, source, max_len * beam_size)
+        n = ops.shape(source)[0]
+        self.initial = (ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
+        self.slots = ops.expand_dims(ops.arange(beam_size, dtype="int32"), 1)  # (K, 1)
+        self.entries = ops.expand_dims(ops.arange(max_len * beam_size, dtype="int32"), 0)  # (1, L*K)
 
+    def step(self, tokens, t, state):
+        history, caches = state
+        written = ops.equal(self.entries, t * self.k + self.slots)  # (K, L*K) the entries step t writes
+        history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
+        log_probs, caches = decoding.decode_step(self.model, tokens, t, self.cross_caches, self.source_mask,
+                                                 caches, target_mask=history, group=self.k)  # (N*K, V')
+        return log_probs, (history, caches)
 
-def beam_loop(model, source, max_len, min_len, beam_size, alpha):
-    """decoding.beam_loop without moving caches: each hypothesis carries the mask of its
-    ancestors' cache entries (`history`, reordered instead of the caches), and the encoder
-    output's keys/values are kept once per sentence, not K times."""
-    k, n = beam_size, ops.shape(source)[0]
-    memory, source_mask = model.encode(source, training=False)  # (N, T1, d)
-    source_bias = modules.attention_bias(source_mask, False, 1, ops.shape(source)[1])  # (N, 1, 1, T1)
-    cross_kv = [block.cross_attention.keys_values(memory) for block in model.decoder_blocks]
-    shape = (n, model.num_heads, max_len * k, model.d_model // model.num_heads)
-    caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
-              for _ in model.decoder_blocks]  # (N, h, L*K, d_k) each
-    slots = ops.expand_dims(ops.arange(k, dtype="int32"), 1)  # (K, 1)
-    entries = ops.expand_dims(ops.arange(max_len * k, dtype="int32"), 0)  # (1, L*K) position * K + slot
-
-    def cond(t, tokens, state, history, caches):
-        return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
-
-    def body(t, tokens, state, history, caches):
-        history = ops.logical_or(history, ops.expand_dims(ops.equal(entries, t * k + slots), 0))  # (N, K, L*K)
-        self_bias = ops.expand_dims(ops.where(history, 0.0, NEG_INF), 1)  # (N, 1, K, L*K)
-        log_probs, caches = grouped_step(model, tokens, t, cross_kv, source_bias, caches, self_bias, k)
-        state, parents, tokens = decoding.beam_step(model, t, log_probs, min_len, max_len, alpha, state)
-        return t + 1, tokens, state, decoding.gather_beams(history, parents), caches
-
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"),
-             decoding.beam_start(n, k, max_len), ops.zeros((n, k, max_len * k), "bool"), caches)
-    _, _, state, _, _ = ops.while_loop(cond, body, start)
-    return decoding.beam_result(state)
+    def reorder(self, state, parents):
+        history, caches = state
+        return decoding.gather_beams(history, parents), caches  # (N, K, L*K)
 
 
 # Choosing
 
 TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm", "adam"}
-# trick -> [(owner, attribute, drop-in)]
+# trick -> (the modules.Parts field it fills, its drop-in)
 DROP_INS = {
-    "matmul_transposed": [(modules, "scaled_dot_product_attention", scaled_dot_product_attention),
-                          (modules.TokenEmbedding, "project", project)],
-    "feed_forward": [(modules.FeedForward, "call", feed_forward)],
-    "dropout": [(modules, "Dropout", Dropout)],
-    "layer_norm": [(modules, "LayerNormalization", LayerNormalization)],
-    "cross_entropy": [(modules, "smoothed_cross_entropy", smoothed_cross_entropy)],
-    "adam": [(modules, "Adam", Adam)],
-    "beam_cache": [(decoding, "beam_loop", beam_loop)],
+    "matmul_transposed": ("matmul_transposed", matmul_transposed),
+    "feed_forward": ("pointwise", pointwise),
+    "dropout": ("Dropout", Dropout),
+    "layer_norm": ("LayerNormalization", LayerNormalization),
+    "cross_entropy": ("cross_entropy", smoothed_cross_entropy),
+    "adam": ("Adam", Adam),
+    "beam_cache": ("beam_cache", InPlaceBeamCache),
 }
-PLAIN = {(owner, name): getattr(owner, name) for parts in DROP_INS.values() for owner, name, _ in parts}
-# What --kernels auto puts in place on TensorFlow: the tricks measured faster there (docs/speed.md:
+# What --kernels auto chooses on TensorFlow: the tricks measured faster there (docs/speed.md:
 # faster than the plain parts in at least 12 of 15 alternating rounds). Each one that did not was
 # taken out of this file.
 AUTO = set(DROP_INS)
@@ -320,12 +264,6 @@ def tricks(kernels):
     return chosen if tensorflow else chosen - TENSORFLOW_ONLY
 
 
-def use(kernels="auto"):
-    """Put the chosen drop-ins in place and the plain parts everywhere else; returns the tricks
-    in place. Choose before building a model (layers pick their parts when constructed)."""
-    chosen = tricks(kernels)
-    for trick, parts in DROP_INS.items():
-        for owner, name, drop_in in parts:
-            setattr(owner, name, drop_in if trick in chosen else PLAIN[(owner, name)])
-    decoding.kernels_in_use = frozenset(chosen)
-    return chosen
+def parts(kernels="auto"):
+    """The modules.Parts of --kernels on this backend: the chosen drop-ins, the plain parts elsewhere."""
+    return dataclasses.replace(modules.PLAIN, **dict(DROP_INS[trick] for trick in tricks(kernels)))

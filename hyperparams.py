@@ -1,9 +1,13 @@
-"""Hyperparameters: one dataclass, three presets, and `--name value` overrides for every field.
+"""Hyperparameters: one dataclass, four presets, and `--name value` overrides for every field.
 
 Names follow the reference (Kyubyong/transformer `hparams.py`): d_model, d_ff, num_blocks,
 num_heads, dropout_rate, maxlen1 (source), maxlen2 (target), vocab_size, lr, warmup_steps,
 num_epochs, smoothing, logdir. Training writes the resolved settings to `<logdir>/hparams.json`;
 eval.py and translate.py read them back from there, so a checkpoint travels with its settings.
+
+Each field is declared once, with its description, its group, its choices (if a closed set), and
+whether it shapes the model (a checkpoint loads only into a model with the same value) or may
+change when a run resumes: --help, validate, MODEL_FIELDS and RESUMABLE_FIELDS derive from it.
 """
 import argparse
 import dataclasses
@@ -22,7 +26,7 @@ LR_DECAYS = ("rsqrt", "linear")
 OUTPUT_VOCABS = ("target", "all")
 EMBEDDING_INITS = ("normal", "xavier")
 PAD_LOGITS = ("learned", "zero")
-KERNELS = ("auto", "plain", "fast")  # fast.KERNELS
+KERNELS = ("auto", "plain", "fast")
 
 
 GROUPS = {  # the option groups of --help, and the scripts that show each
@@ -35,17 +39,23 @@ GROUPS = {  # the option groups of --help, and the scripts that show each
 }
 
 
-def setting(default, group, help):
-    """An Hparams field with its --help line and its group."""
-    return dataclasses.field(default=default, metadata={"group": group, "help": help})
+def setting(default, group, help, choices=None, model=False, resumable=False):
+    """An Hparams field with its --help line, its group, the values it may take (None: any of its
+    type), whether it shapes the model's weights or outputs (`model`: a checkpoint loads only into
+    a model with the same value) and whether a resumed run may change it (`resumable`)."""
+    return dataclasses.field(default=default, metadata={"group": group, "help": help, "choices": choices,
+                                                        "model": model, "resumable": resumable})
 
 
 @dataclasses.dataclass
 class Hparams:
     corpus: str = setting("parallel", "data", "parallel: line-aligned files <prefix>.<lang>[.gz]; iwslt: the "
-                                              "IWSLT 2016/2017 release as distributed")
-    data_dir: str = setting("corpora/sample", "data", "where the raw corpus lies")
-    prepro_dir: str = setting("prepro/sample", "data", "where prepro.py writes the vocabulary and id files")
+                                              "IWSLT 2016/2017 release as distributed",
+                          choices=CORPUS_FORMATS)
+    data_dir: str = setting("corpora/sample", "data", "where the raw corpus lies",
+                            resumable=True)
+    prepro_dir: str = setting("prepro/sample", "data", "where prepro.py writes the vocabulary and id files",
+                              resumable=True)
     train_prefix: str = setting("train", "data", "file name prefix of the training split (parallel corpora)")
     dev_prefix: str = setting("dev", "data", "file name prefix of the dev split (parallel corpora)")
     test_prefix: str = setting("test", "data", "file name prefix of the test split (parallel corpora)")
@@ -54,28 +64,40 @@ class Hparams:
     vocab_size: int = setting(400, "data", "pieces of the joint sentencepiece BPE vocabulary (ids 0-3: "
                                            "<pad> <unk> <s> </s>)")
 
-    d_model: int = setting(64, "model", "width of every layer, d_model (paper: 512)")
-    d_ff: int = setting(256, "model", "inner width of the feed-forward network (paper: 2048)")
-    num_blocks: int = setting(2, "model", "encoder and decoder blocks, each (paper: 6)")
-    num_heads: int = setting(4, "model", "attention heads; d_model must be divisible by it (paper: 8)")
+    d_model: int = setting(64, "model", "width of every layer, d_model (paper: 512)",
+                           model=True)
+    d_ff: int = setting(256, "model", "inner width of the feed-forward network (paper: 2048)",
+                        model=True)
+    num_blocks: int = setting(2, "model", "encoder and decoder blocks, each (paper: 6)",
+                              model=True)
+    num_heads: int = setting(4, "model", "attention heads; d_model must be divisible by it (paper: 8)",
+                             model=True)
     dropout_rate: float = setting(0.1, "model", "dropout on embeddings, attention weights (unless "
                                                 "--attention_dropout) and (with --residual_dropout) sublayer outputs")
     attention_dropout: float = setting(-1.0, "model", "dropout on the attention weights alone; -1: the same as "
                                                       "--dropout_rate")
-    maxlen1: int = setting(50, "model", "longest source in tokens (with </s>) kept for training")
-    maxlen2: int = setting(50, "model", "longest target in tokens (with </s>) kept for training")
-    positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019) or learned (reference legacy)")
+    maxlen1: int = setting(50, "model", "longest source in tokens (with </s>) kept for training",
+                           model=True)
+    maxlen2: int = setting(50, "model", "longest target in tokens (with </s>) kept for training",
+                           model=True)
+    positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019) or learned (reference legacy)",
+                              choices=POSITIONAL, model=True)
     output_vocab: str = setting("target", "model", "target: the softmax covers the ids 0-3 and the pieces of "
-                                                   "the training targets; all: the whole vocabulary (the reference)")
+                                                   "the training targets; all: the whole vocabulary (the reference)",
+                                choices=OUTPUT_VOCABS, model=True)
     attention_output: bool = setting(True, "model", "the output projection W^O of multi-head attention (paper "
-                                                    "3.2.2; the reference 2019 has none)")
+                                                    "3.2.2; the reference 2019 has none)",
+                                     model=True)
     residual_dropout: bool = setting(True, "model", "dropout on each sublayer's output before the residual sum "
                                                     "(paper 5.4; the reference 2019 has none)")
-    layer_norm_epsilon: float = setting(1e-6, "model", "layer normalization's epsilon (the reference: 1e-8)")
+    layer_norm_epsilon: float = setting(1e-6, "model", "layer normalization's epsilon (the reference: 1e-8)",
+                                        model=True)
     embedding_init: str = setting("normal", "model", "normal: N(0, d_model^-0.5); xavier: Glorot uniform "
-                                                     "(the reference)")
+                                                     "(the reference)",
+                                  choices=EMBEDDING_INITS)
     pad_logit: str = setting("learned", "model", "learned: the <pad> row gives a trained logit; zero: that "
-                                                 "row is zero in the output projection too (the reference)")
+                                                 "row is zero in the output projection too (the reference)",
+                             choices=PAD_LOGITS, model=True)
 
     tokens_per_batch: int = setting(1024, "training", "token budget of a batch: sentences x padded length of "
                                                       "the longer side")
@@ -84,38 +106,60 @@ class Hparams:
     batch_sentences: int = setting(0, "training", "> 0: batches of this many random sentences padded to the "
                                                   "longest (the reference: 128) instead of token budgets")
     precision: str = setting("auto", "devices", "float32, mixed_bfloat16, mixed_float16, or auto: "
-                                                "mixed_bfloat16 where the GPU or CPU has bfloat16 units")
+                                                "mixed_bfloat16 where the GPU or CPU has bfloat16 units",
+                             choices=PRECISIONS, resumable=True)
     jit_compile: str = setting("auto", "devices", "XLA for training steps: on, off, or auto (on for GPUs "
-                                                  "and JAX, off for TensorFlow on a CPU)")
+                                                  "and JAX, off for TensorFlow on a CPU)",
+                               choices=SWITCHES, resumable=True)
     kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: fast.py's drop-ins; auto: "
-                                              "those measured faster on this backend")
+                                              "those measured faster on this backend",
+                           choices=KERNELS, resumable=True)
     strategy: str = setting("auto", "devices", "data parallelism: auto, one, mirrored, multi_worker "
-                                               "(TensorFlow) or data_parallel (JAX)")
+                                               "(TensorFlow) or data_parallel (JAX)",
+                            choices=STRATEGIES, resumable=True)
     length_multiple: int = setting(0, "devices", "pad batch lengths to a multiple of this; 0: 1 on TensorFlow "
-                                                 "without XLA, 8 where shapes are compiled")
-    adam_beta2: float = setting(0.98, "training", "Adam's beta2 (paper: 0.98; the reference: 0.999)")
-    adam_epsilon: float = setting(1e-9, "training", "Adam's epsilon (paper: 1e-9; the reference: 1e-8)")
-    lr: float = setting(1e-3, "training", "peak learning rate, reached after --warmup_steps")
-    warmup_steps: int = setting(100, "training", "steps of linear warmup")
+                                                 "without XLA, 8 where shapes are compiled",
+                                   resumable=True)
+    adam_beta2: float = setting(0.98, "training", "Adam's beta2 (paper: 0.98; the reference: 0.999)",
+                                resumable=True)
+    adam_epsilon: float = setting(1e-9, "training", "Adam's epsilon (paper: 1e-9; the reference: 1e-8)",
+                                  resumable=True)
+    lr: float = setting(1e-3, "training", "peak learning rate, reached after --warmup_steps",
+                        resumable=True)
+    warmup_steps: int = setting(100, "training", "steps of linear warmup",
+                                resumable=True)
     lr_decay: str = setting("rsqrt", "training", "after warmup: rsqrt (paper, reference) or linear (to 0 at "
-                                                 "the end of --num_epochs)")
-    num_epochs: int = setting(30, "training", "epochs to train (a resumed run may raise it)")
-    smoothing: float = setting(0.1, "training", "label smoothing epsilon")
+                                                 "the end of --num_epochs)",
+                            choices=LR_DECAYS)
+    num_epochs: int = setting(30, "training", "epochs to train (a resumed run may raise it)",
+                              resumable=True)
+    smoothing: float = setting(0.1, "training", "label smoothing epsilon",
+                               resumable=True)
     weight_decay: float = setting(0.0, "training", "decoupled weight decay (AdamW): each step every weight shrinks "
-                                                   "by weight_decay x learning rate; 0: none (paper, reference)")
+                                                   "by weight_decay x learning rate; 0: none (paper, reference)",
+                                  resumable=True)
     seed: int = setting(1234, "training", "seed of weights, batches, dropout and the BPE vocabulary")
-    logdir: str = setting("log/sample", "run", "the run's folder: settings, vocabulary, checkpoints, logs")
-    eval_sentences: int = setting(0, "evaluation", "dev sentences translated for BLEU after each epoch; 0: all")
-    eval_tokens_per_batch: int = setting(4096, "evaluation", "token budget of a decoding batch")
+    logdir: str = setting("log/sample", "run", "the run's folder: settings, vocabulary, checkpoints, logs",
+                          resumable=True)
+    eval_sentences: int = setting(0, "evaluation", "dev sentences translated for BLEU after each epoch; 0: all",
+                                  resumable=True)
+    eval_tokens_per_batch: int = setting(4096, "evaluation", "token budget of a decoding batch",
+                                         resumable=True)
     beam_size: int = setting(1, "evaluation", "hypotheses kept by beam search in eval.py, translate.py and "
-                                              "attention.py; 1: greedy (the BLEU after each epoch is greedy)")
+                                              "attention.py; 1: greedy (the BLEU after each epoch is greedy)",
+                             resumable=True)
     alpha: float = setting(0.6, "evaluation", "beam search length penalty exponent: a hypothesis' log "
-                                              "probability is divided by ((5 + length) / 6) ** alpha")
-    keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt")
+                                              "probability is divided by ((5 + length) / 6) ** alpha",
+                           resumable=True)
+    keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt",
+                                    resumable=True)
     save_every_steps: int = setting(300, "run", "also checkpoint mid-epoch every this many steps (0: only "
-                                                "per epoch)")
-    keep_step_checkpoints: int = setting(2, "run", "mid-epoch checkpoints kept in <logdir>/ckpt/steps")
-    skip_nonfinite: bool = setting(False, "training", "leave out batches with a NaN/Inf loss instead of stopping")
+                                                "per epoch)",
+                                    resumable=True)
+    keep_step_checkpoints: int = setting(2, "run", "mid-epoch checkpoints kept in <logdir>/ckpt/steps",
+                                         resumable=True)
+    skip_nonfinite: bool = setting(False, "training", "leave out batches with a NaN/Inf loss instead of stopping",
+                                   resumable=True)
 
 
 # The reference's 2019 values (Kyubyong/transformer: hparams.py, model.py, modules.py, data_load.py),
@@ -177,18 +221,14 @@ PRESETS = {
 
 # Fields that fix the shape of the weights or what the model outputs: a checkpoint only loads into a
 # model with the same ones.
-MODEL_FIELDS = ("d_model", "d_ff", "num_blocks", "num_heads", "positional", "maxlen1", "maxlen2", "output_vocab",
-                "attention_output", "layer_norm_epsilon", "pad_logit")
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["model"])
 # Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
 # its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
 # checkpoint means. train.py records each change with its step in hparams.json. The optimizer's
 # settings are among them (lowering --lr is the cure for a diverged run); a moved prepro_dir must
 # still hold the run's data (checkpoints.check_same_data). Every other field is fixed once a run
 # has a checkpoint.
-RESUMABLE_FIELDS = ("num_epochs", "save_every_steps", "keep_checkpoints", "keep_step_checkpoints",
-                    "eval_sentences", "eval_tokens_per_batch", "beam_size", "alpha", "kernels", "jit_compile",
-                    "strategy", "precision", "length_multiple", "skip_nonfinite", "data_dir", "prepro_dir",
-                    "logdir", "lr", "warmup_steps", "smoothing", "weight_decay", "adam_beta2", "adam_epsilon")
+RESUMABLE_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["resumable"])
 # What a field added after a run was saved meant before it existed (load_hparams).
 SAVED_BEFORE = {"output_vocab": "all"}
 
@@ -207,13 +247,10 @@ def preset(name):
 def validate(hp):
     """Raise UserError for settings that cannot work."""
     problems = []
-    for name, choices in (("corpus", CORPUS_FORMATS), ("positional", POSITIONAL), ("jit_compile", SWITCHES),
-                          ("precision", PRECISIONS), ("strategy", STRATEGIES),
-                          ("lr_decay", LR_DECAYS), ("output_vocab", OUTPUT_VOCABS),
-                          ("kernels", KERNELS), ("embedding_init", EMBEDDING_INITS),
-                          ("pad_logit", PAD_LOGITS)):
-        if getattr(hp, name) not in choices:
-            problems.append(f"--{name} {getattr(hp, name)!r} is not one of {', '.join(choices)}")
+    for f in dataclasses.fields(Hparams):
+        choices = f.metadata["choices"]
+        if choices is not None and getattr(hp, f.name) not in choices:
+            problems.append(f"--{f.name} {getattr(hp, f.name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:
         problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",

@@ -3,6 +3,8 @@
 `make_model(hp, vocab_size)` is the only place that reads hyperparameters; the layers in modules.py
 take plain arguments. Shape letters as in modules.py.
 """
+import dataclasses
+
 import keras
 import numpy as np
 from keras import ops
@@ -16,6 +18,8 @@ from modules import (PACKAGE, DecoderBlock, EncoderBlock, LabelSmoothedCrossEntr
 
 # One pair (a word piece, </s>) as source and target: a call on it creates every weight.
 BUILD_IDS = np.array([[4, EOS]], np.int32)
+# The Hparams fields that travel in modules.Choices
+CHOICE_FIELDS = tuple(f.name for f in dataclasses.fields(modules.Choices))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -26,12 +30,15 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     every id (V' = V), or with output_ids (ascending, starting with the ids 0-3) over those ids
     alone, column j for id output_ids[j] (V' = len(output_ids)). decoding.py turns it into a
     translator: greedy decoding and beam search, returning ids either way.
+
+    choices (modules.Choices or its dict) holds the details where the paper and the reference
+    differ; kernels (an Hparams.kernels value) picks the primitives every layer is built with
+    (fast.parts), held in `parts`.
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
-                 maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, attention_output=True,
-                 residual_dropout=True, layer_norm_epsilon=1e-6, embedding_init="normal", pad_logit="learned",
-                 attention_dropout=None, **kwargs):
+                 maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, attention_dropout=None,
+                 choices=None, kernels="plain", **kwargs):
         super().__init__(**kwargs)
         if output_ids is not None:
             output_ids = [int(i) for i in output_ids]
@@ -43,40 +50,46 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.vocab_size, self.d_model, self.d_ff = vocab_size, d_model, d_ff
         self.num_blocks, self.num_heads, self.dropout_rate = num_blocks, num_heads, dropout_rate
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
-        # hyperparams.Hparams fields of the same names: the paper's choices or the reference's
-        self.attention_output, self.residual_dropout = attention_output, residual_dropout
-        self.layer_norm_epsilon, self.embedding_init, self.pad_logit = layer_norm_epsilon, embedding_init, pad_logit
         self.attention_dropout = attention_dropout  # None: dropout_rate
-        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=embedding_init,
-                                        zero_pad_logit=pad_logit == "zero", name="embedding")
+        self.choices, self.kernels = modules.Choices.of(choices), kernels
+        self.parts = parts = fast.parts(kernels)
+        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=self.choices.embedding_init,
+                                        zero_pad_logit=self.choices.pad_logit == "zero", parts=parts, name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
-        self.source_dropout = modules.Dropout(dropout_rate)
-        self.target_dropout = modules.Dropout(dropout_rate)
-        block = dict(output_projection=attention_output, residual_dropout=residual_dropout,
-                     epsilon=layer_norm_epsilon, attention_dropout=attention_dropout)
+        self.source_dropout = parts.Dropout(dropout_rate)
+        self.target_dropout = parts.Dropout(dropout_rate)
+        block = dict(attention_dropout=attention_dropout, choices=self.choices, parts=parts)
         self.encoder_blocks = [EncoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"encoder_{i}")
                                for i in range(num_blocks)]
         self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"decoder_{i}")
                                for i in range(num_blocks)]
 
-    def encode(self, source, training=None):
-        """source (N, T1) ids -> memory (N, T1, d), source mask (N, T1) bool."""
+    def encode(self, source, training=None, return_attention_scores=False):
+        """source (N, T1) ids -> memory (N, T1, d), source mask (N, T1) bool; with
+        return_attention_scores also each block's self-attention weights, a list of (N, h, T1, T1)."""
         source_mask = ops.not_equal(source, PAD)  # (N, T1)
         x = self.source_position(self.embedding(source))  # (N, T1, d)
         x = self.source_dropout(x, training=training)  # (N, T1, d)
+        scores = []
         for block in self.encoder_blocks:
-            x = block(x, source_mask, training=training)  # (N, T1, d)
-        return x, source_mask
+            x, weights = block(x, source_mask, training=training, return_attention_scores=True)  # (N, T1, d)
+            scores.append(weights)
+        return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
 
-    def decode(self, target_in, memory, source_mask, training=None):
-        """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V)."""
+    def decode(self, target_in, memory, source_mask, training=None, return_attention_scores=False):
+        """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V); with
+        return_attention_scores also each block's cross-attention weights, a list of (N, h, T2, T1)."""
         target_mask = ops.not_equal(target_in, PAD)  # (N, T2)
         y = self.target_position(self.embedding(target_in))  # (N, T2, d)
         y = self.target_dropout(y, training=training)  # (N, T2, d)
+        scores = []
         for block in self.decoder_blocks:
-            y = block(y, memory, target_mask, source_mask, training=training)  # (N, T2, d)
-        return self.embedding.project(y, self.output_rows())  # (N, T2, V')
+            y, weights = block(y, memory, target_mask, source_mask, training=training,
+                               return_attention_scores=True)  # (N, T2, d)
+            scores.append(weights)
+        logits = self.embedding.project(y, self.output_rows())  # (N, T2, V')
+        return (logits, scores) if return_attention_scores else logits
 
     def output_rows(self):
         """The ids that logits columns stand for, (V',) int32, or None for every id."""
@@ -95,6 +108,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         columns[self.output_ids] = np.arange(len(self.output_ids))
         return columns
 
+    def setting(self, name):
+        """The value of the hyperparams.Hparams field `name` (a MODEL_FIELDS one) this model was built with."""
+        return getattr(self.choices, name) if name in CHOICE_FIELDS else getattr(self, name)
+
     def call(self, inputs, training=None):
         source, target_in = inputs  # (N, T1), (N, T2)
         memory, source_mask = self.encode(source, training=training)  # (N, T1, d)
@@ -105,9 +122,17 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
                 "dropout_rate": self.dropout_rate, "maxlen1": self.maxlen1, "maxlen2": self.maxlen2,
                 "positional": self.positional, "output_ids": self.output_ids,
-                "attention_output": self.attention_output, "residual_dropout": self.residual_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon, "embedding_init": self.embedding_init,
-                "pad_logit": self.pad_logit, "attention_dropout": self.attention_dropout}
+                "attention_dropout": self.attention_dropout, "choices": dataclasses.asdict(self.choices),
+                "kernels": self.kernels}
+
+    @classmethod
+    def from_config(cls, config):
+        """Also the configs of checkpoints written before the choices were one record (each a key)."""
+        config = dict(config)
+        old = {name: config.pop(name) for name in CHOICE_FIELDS if name in config}
+        if old:
+            config["choices"] = {**(config.get("choices") or {}), **old}
+        return cls(**config)
 
     def build_from_config(self, config):
         self.build_with_dummy()
@@ -122,19 +147,26 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
 def make_model(hp, vocab_size, output_ids=None):
     """The Transformer of hp's settings over a vocabulary of vocab_size, built with hp.kernels' parts
-    (fast.use); its logits cover output_ids (data_load.output_ids(hp.output_vocab, training
+    (fast.parts); its logits cover output_ids (data_load.output_ids(hp.output_vocab, training
     targets)), or every id if None."""
-    fast.use(hp.kernels)
     model = Transformer(vocab_size=vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
                         num_blocks=hp.num_blocks, num_heads=hp.num_heads,
                         dropout_rate=hp.dropout_rate, maxlen1=hp.maxlen1, maxlen2=hp.maxlen2,
-                        positional=hp.positional, output_ids=output_ids, attention_output=hp.attention_output,
-                        residual_dropout=hp.residual_dropout, layer_norm_epsilon=hp.layer_norm_epsilon,
-                        embedding_init=hp.embedding_init, pad_logit=hp.pad_logit,
+                        positional=hp.positional, output_ids=output_ids,
                         attention_dropout=None if hp.attention_dropout < 0 else hp.attention_dropout,
+                        choices={name: getattr(hp, name) for name in CHOICE_FIELDS}, kernels=hp.kernels,
                         name="transformer")
     model.build_with_dummy()
     return model
+
+
+def rebuild(model, kernels):
+    """The same model (its config and weights) built with another --kernels' parts: a second model,
+    the first left as it was."""
+    twin = Transformer.from_config({**model.get_config(), "kernels": kernels})
+    twin.build_with_dummy()
+    twin.set_weights(model.get_weights())
+    return twin
 
 
 def learning_rate(hp, total_steps=None):
@@ -183,10 +215,11 @@ def compile_model(model, hp, total_steps=None):
     (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), label-smoothed
     cross-entropy over non-pad tokens. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
-    adam = GuardedAdam if hp.skip_nonfinite else modules.Adam
+    adam = GuardedAdam if hp.skip_nonfinite else model.parts.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
                      epsilon=hp.adam_epsilon, weight_decay=hp.weight_decay or None)
-    loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map())
+    loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map(),
+                                     token_count=devices.mean_over_replicas, parts=model.parts)
     model.compile(optimizer=optimizer, loss=loss,
                   jit_compile=devices.jit_compile(hp))
     # Build the compiled loss and the optimizer now (see devices.DistributedTrainingFixes).

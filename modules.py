@@ -8,27 +8,25 @@ Written with `keras.ops` only, so the same code runs on the TensorFlow, JAX and 
 Layers take plain arguments (no hyperparameter object) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
-fast.py holds faster drop-ins for a few parts of this file (same weights, same results within
-rounding), chosen with --kernels; this file is the plain version they are tested against.
+The layers are built from a few primitives (a matmul, a kernel-size-1 convolution, dropout, layer
+normalization, the loss, the optimizer: `Parts`, at the end of this file). Each layer takes the
+parts it is built with, plain by default; fast.py has faster ones with the same weights and
+results, which the model hands to its layers when --kernels asks for them. Every forward pass,
+plain or fast, training or decoding, runs the `call` methods written here.
 
 Shape letters: N batch, T1 source length, T2 target length, T any length, L cache length, h heads,
 d d_model, d_k d_model/h, f d_ff, V vocabulary.
 """
+import dataclasses
 import math
+from typing import Callable, Optional
 
 import keras
 import numpy as np
 from keras import ops
 
-import devices
-
 PACKAGE = "transformer"
 NEG_INF = -1e9  # added to the attention logits of masked keys
-
-# Stock Keras parts, by name: fast.py puts its drop-ins in their place (--kernels fast).
-Dropout = keras.layers.Dropout
-LayerNormalization = keras.layers.LayerNormalization
-Adam = keras.optimizers.Adam  # section 5.3; model.compile_model builds it
 
 
 # 3.5 Positional encoding
@@ -85,6 +83,14 @@ class PositionalEncoding(keras.layers.Layer):
 
 # 3.4 Embeddings and softmax
 
+def matmul_transposed(a, b):
+    """a @ b^T over the last two axes: a (..., M, K), b (..., N, K) or (N, K) -> (..., M, N).
+
+    The output logits (x times the embedding matrix, transposed) and the attention logits (Q K^T,
+    section 3.2.1) are both this product."""
+    return ops.matmul(a, ops.swapaxes(b, -1, -2))  # (..., M, N)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class TokenEmbedding(keras.layers.Layer):
     """Token embedding scaled by sqrt(d_model), with <pad> embedding to zeros (section 3.4).
@@ -102,12 +108,15 @@ class TokenEmbedding(keras.layers.Layer):
       zero_pad_logit: the <pad> row is zero in the output projection too, so the <pad> logit is
         always 0, as in the reference (whose matrix has a constant zero row); otherwise that row
         is trained through the output projection alone.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, **kwargs):
+    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, parts=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
         self.initializer, self.zero_pad_logit = initializer, zero_pad_logit
+        self.parts = parts or PLAIN
 
     def build(self, input_shape=None):
         initializer = (keras.initializers.GlorotUniform() if self.initializer == "xavier"
@@ -135,7 +144,7 @@ class TokenEmbedding(keras.layers.Layer):
         matmul in x's dtype). With rows (V',) int ids, only those rows of the matrix: logits
         (N, T, V') over those ids, in their order."""
         w = self.output_matrix(rows)  # (V or V', d)
-        logits = ops.matmul(x, ops.transpose(ops.cast(w, x.dtype)))  # (N, T, V or V')
+        logits = self.parts.matmul_transposed(x, ops.cast(w, x.dtype))  # (N, T, V or V')
         return ops.cast(logits, "float32")  # (N, T, V or V')
 
     def get_config(self):
@@ -145,19 +154,22 @@ class TokenEmbedding(keras.layers.Layer):
 
 # 3.2.1 Scaled dot-product attention
 
-def attention_bias(key_padding_mask, causal, query_length, key_length):
+def attention_bias(attention_mask, causal, query_length, key_length):
     """Additive float32 attention bias from masks: 0 where attending is allowed, NEG_INF where not.
 
     Args:
-      key_padding_mask: (N, Tk) bool, True at keys that may be attended to; or None.
+      attention_mask: (N, Tk) bool, True at keys that every query may attend to (padding masks);
+        or (N, Tq, Tk), one row of keys per query; or None.
       causal: whether query t may only see keys <= t.
 
     Returns:
       (N or 1, 1, Tq or 1, Tk) tensor, or None when nothing is masked.
     """
     allowed = None
-    if key_padding_mask is not None:
-        allowed = ops.expand_dims(ops.expand_dims(key_padding_mask, 1), 1)  # (N, 1, 1, Tk)
+    if attention_mask is not None:
+        if len(attention_mask.shape) == 2:  # the same keys for every query
+            attention_mask = ops.expand_dims(attention_mask, 1)  # (N, 1, Tk)
+        allowed = ops.expand_dims(attention_mask, 1)  # (N, 1, Tq or 1, Tk)
     if causal:
         q = ops.expand_dims(ops.arange(query_length), 1)  # (Tq, 1)
         k = ops.expand_dims(ops.arange(key_length), 0)  # (1, Tk)
@@ -168,7 +180,7 @@ def attention_bias(key_padding_mask, causal, query_length, key_length):
     return ops.where(allowed, ops.zeros((), "float32"), ops.full((), NEG_INF, "float32"))
 
 
-def attention_weights(q, k, bias=None):
+def attention_weights(q, k, bias=None, matmul_transposed=matmul_transposed):
     """softmax(Q K^T / sqrt(d_k) + bias): how much each query attends to each key (section 3.2.1).
 
     The product runs in the inputs' dtype; the scaling, the bias and the softmax in float32 (under
@@ -177,32 +189,36 @@ def attention_weights(q, k, bias=None):
     Args:
       q: (N, h, Tq, d_k) queries; k: (N, h, Tk, d_k) keys.
       bias: additive float32 mask broadcastable to (N, h, Tq, Tk), or None.
+      matmul_transposed: how Q K^T is computed (Parts.matmul_transposed).
 
     Returns:
       (N, h, Tq, Tk) float32, each row summing to 1.
     """
-    scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (N, h, Tq, Tk)
+    scores = matmul_transposed(q, k)  # (N, h, Tq, Tk)
     scores = ops.cast(scores, "float32") / math.sqrt(q.shape[-1])  # (N, h, Tq, Tk)
     if bias is not None:
         scores = scores + bias  # (N, h, Tq, Tk)
     return ops.softmax(scores, axis=-1)  # (N, h, Tq, Tk)
 
 
-def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
+def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None,
+                                 matmul_transposed=matmul_transposed):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for every head at once (section 3.2.1).
 
     Args:
       q: (N, h, Tq, d_k) queries; k, v: (N, h, Tk, d_k) keys and values.
       bias: additive float32 mask broadcastable to (N, h, Tq, Tk), or None.
       dropout: a Dropout layer for the attention weights, or None.
+      matmul_transposed: how Q K^T is computed (Parts.matmul_transposed).
 
     Returns:
-      (N, h, Tq, d_k).
+      (N, h, Tq, d_k) outputs, and the attention weights (N, h, Tq, Tk) float32 (before dropout).
     """
-    weights = ops.cast(attention_weights(q, k, bias), v.dtype)  # (N, h, Tq, Tk)
+    weights = attention_weights(q, k, bias, matmul_transposed)  # (N, h, Tq, Tk)
+    dropped = ops.cast(weights, v.dtype)  # (N, h, Tq, Tk)
     if dropout is not None:
-        weights = dropout(weights, training=training)  # (N, h, Tq, Tk)
-    return ops.matmul(weights, v)  # (N, h, Tq, d_k)
+        dropped = dropout(dropped, training=training)  # (N, h, Tq, Tk)
+    return ops.matmul(dropped, v), weights  # (N, h, Tq, d_k), (N, h, Tq, Tk)
 
 
 # 3.2.2 Multi-head attention
@@ -213,8 +229,7 @@ class MultiHeadAttention(keras.layers.Layer):
     projections of queries, keys and values, concatenated and projected back to d.
 
     For decoding one position at a time it takes a key/value cache (as keras-hub's
-    CachedMultiHeadAttention): see `call`. With `keep_attention` set (attention.py, eager calls
-    only), each call keeps its attention weights (N, h, Tq, Tk) in `last_attention`, to be looked at.
+    CachedMultiHeadAttention): see `call`.
 
     Args:
       d_model: d.
@@ -222,21 +237,22 @@ class MultiHeadAttention(keras.layers.Layer):
       dropout_rate: dropout on the attention weights.
       output_projection: the final projection W^O; without it (the reference 2019) the
         concatenated heads are the output.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, d_model, num_heads, dropout_rate=0.0, output_projection=True, **kwargs):
+    def __init__(self, d_model, num_heads, dropout_rate=0.0, output_projection=True, parts=None, **kwargs):
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.output_projection = output_projection
+        self.parts = parts or PLAIN
         self.d_k = d_model // num_heads
         self.query_dense = keras.layers.Dense(d_model, name="query")
         self.key_dense = keras.layers.Dense(d_model, name="key")
         self.value_dense = keras.layers.Dense(d_model, name="value")
         self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
-        self.dropout = Dropout(dropout_rate)
-        self.keep_attention, self.last_attention = False, None
+        self.dropout = self.parts.Dropout(dropout_rate)
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
@@ -266,23 +282,27 @@ class MultiHeadAttention(keras.layers.Layer):
         decoding, a cross-attention cache is this, computed once from the encoder output."""
         return self.split_heads(self.key_dense(memory)), self.split_heads(self.value_dense(memory))
 
-    def call(self, query, memory, key_padding_mask=None, causal=False, cache=None, cache_index=None,
-             training=None):
+    def call(self, query, memory, attention_mask=None, causal=False, cache=None, cache_index=None,
+             training=None, return_attention_scores=False):
         """Attend from query to memory.
 
         Args:
           query: (N, Tq, d).
           memory: (N, Tk, d): the query itself for self-attention, the encoder output otherwise.
-          key_padding_mask: (N or 1, Tk) bool, True at keys that may be attended to.
+          attention_mask: (N or 1, Tk) bool, True at keys that may be attended to; or (N, Tq, Tk),
+            the keys each query may attend to.
           causal: mask keys after each query position.
           cache: for decoding, (keys, values), each (N, h, L, d_k). With cache_index
-            (self-attention), the query's own keys/values are written at positions cache_index..
-            and the query attends over the whole cache (key_padding_mask says which entries are
-            filled); without (cross-attention), the cache is `keys_values(memory)`, and memory is
-            not read.
+            (self-attention), the query's own Tq keys/values are written at entries
+            cache_index..cache_index+Tq-1 and the query attends over the whole cache
+            (attention_mask says which entries it may see); without (cross-attention), the cache
+            is `keys_values(memory)`, and memory is not read.
+          return_attention_scores: also return the attention weights (N, h, Tq, Tk), as Keras'
+            MultiHeadAttention does (attention.py draws them).
 
         Returns:
-          (N, Tq, d), or with a cache ((N, Tq, d), the cache).
+          (N, Tq, d); with a cache, ((N, Tq, d), the cache); with return_attention_scores, the
+          weights after those.
         """
         # 1. project the queries, keys and values, and split them into heads
         q = self.split_heads(self.query_dense(query))  # (N, h, Tq, d_k)
@@ -297,13 +317,13 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             k, v = cache  # (N, h, Tk, d_k) each
         # 2. the masks as one additive bias
-        bias = attention_bias(key_padding_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
+        bias = attention_bias(attention_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend in every head, concatenate the heads, project
-        heads = scaled_dot_product_attention(q, k, v, bias, self.dropout, training)  # (N, h, Tq, d_k)
-        if self.keep_attention:
-            self.last_attention = attention_weights(q, k, bias)  # (N, h, Tq, Tk)
+        heads, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout, training,
+                                                      self.parts.matmul_transposed)  # (N, h, Tq, d_k)
         out = self.output(heads)  # (N, Tq, d)
-        return out if cache is None else (out, cache)
+        returned = (out,) + (() if cache is None else (cache,)) + ((weights,) if return_attention_scores else ())
+        return returned[0] if len(returned) == 1 else returned
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
@@ -312,19 +332,28 @@ class MultiHeadAttention(keras.layers.Layer):
 
 # 3.3 Position-wise feed-forward network
 
+def pointwise(conv, x):
+    """A kernel-size-1 convolution `conv` (keras.layers.Conv1D) at every position of x (N, T, in):
+    the same linear map (and activation) applied to each position alone -> (N, T, out)."""
+    return conv(x)  # (N, T, out)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class FeedForward(keras.layers.Layer):
     """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position (section 3.3): "two convolutions
-    with kernel size 1", as the paper says and the reference builds it.
+    with kernel size 1", as the paper says and the reference's legacy code builds it (its 2019
+    version uses dense layers: the same map, the same weights).
 
     Args:
       d_model: d.
       d_ff: f, the inner width.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, d_model, d_ff, **kwargs):
+    def __init__(self, d_model, d_ff, parts=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff = d_model, d_ff
+        self.parts = parts or PLAIN
         self.inner = keras.layers.Conv1D(d_ff, 1, activation="relu", name="inner")
         self.outer = keras.layers.Conv1D(d_model, 1, name="outer")
 
@@ -334,8 +363,8 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x):
         """x (N, T, d) -> (N, T, d)."""
-        h = self.inner(x)  # (N, T, f)
-        return self.outer(h)  # (N, T, d)
+        h = self.parts.pointwise(self.inner, x)  # (N, T, f) max(0, x W1 + b1)
+        return self.parts.pointwise(self.outer, h)  # (N, T, d)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
@@ -350,13 +379,15 @@ class AddNorm(keras.layers.Layer):
     Args:
       dropout_rate: residual dropout on the sublayer's output.
       epsilon: layer-norm epsilon.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, dropout_rate=0.0, epsilon=1e-6, **kwargs):
+    def __init__(self, dropout_rate=0.0, epsilon=1e-6, parts=None, **kwargs):
         super().__init__(**kwargs)
         self.dropout_rate, self.epsilon = dropout_rate, epsilon
-        self.dropout = Dropout(dropout_rate)
-        self.norm = LayerNormalization(epsilon=epsilon, name="norm")
+        parts = parts or PLAIN
+        self.dropout = parts.Dropout(dropout_rate)
+        self.norm = parts.LayerNormalization(epsilon=epsilon, name="norm")
 
     def build(self, x_shape, y_shape=None):
         self.norm.build(x_shape)
@@ -371,73 +402,94 @@ class AddNorm(keras.layers.Layer):
 
 # 3.1 Encoder and decoder blocks
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class EncoderBlock(keras.layers.Layer):
-    """Self-attention and feed-forward, each wrapped in AddNorm (section 3.1, encoder).
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """Details where the paper and the reference differ, as one record that the model hands to its
+    embedding and to every block (hyperparams.Hparams fields of the same names)."""
+
+    attention_output: bool = True  # W^O in every attention (3.2.2); the reference 2019 has none
+    residual_dropout: bool = True  # dropout on each sublayer's output before the residual sum (5.4)
+    layer_norm_epsilon: float = 1e-6  # the reference: 1e-8
+    embedding_init: str = "normal"  # TokenEmbedding's initializer; the reference: "xavier"
+    pad_logit: str = "learned"  # "zero": the <pad> row of the output projection is 0, as the reference's
+
+    @classmethod
+    def of(cls, value):
+        """Choices from Choices, a dict (a saved config) or None (the defaults)."""
+        return value if isinstance(value, cls) else cls(**(value or {}))
+
+
+class Block(keras.layers.Layer):
+    """What encoder and decoder blocks share: a self-attention, (in the decoder) an attention over
+    the encoder output, and a feed-forward network, each wrapped in AddNorm; and their settings.
 
     Args:
       d_model, d_ff, num_heads: d, f, h.
-      dropout_rate: on the attention weights and, with residual_dropout, on each sublayer's output.
-      output_projection: W^O in the attention (MultiHeadAttention).
-      residual_dropout: dropout on each sublayer's output before the residual sum (section 5.4).
-      epsilon: layer-norm epsilon.
+      dropout_rate: on the attention weights and, with choices.residual_dropout, on each sublayer's output.
       attention_dropout: the attention weights' own rate instead of dropout_rate (None: dropout_rate).
+      choices: Choices (or its dict): W^O, residual dropout, layer-norm epsilon.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
-                 residual_dropout=True, epsilon=1e-6, attention_dropout=None, **kwargs):
+    has_cross_attention = False  # the decoder's attention over the encoder output
+
+    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, attention_dropout=None, choices=None,
+                 parts=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
-        self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
-        self.attention_dropout = attention_dropout
-        residual = dropout_rate if residual_dropout else 0.0
-        attention_rate = dropout_rate if attention_dropout is None else attention_dropout
-        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
-                                                 name="self_attention")
-        self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
-        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
-        self.feed_forward_norm = AddNorm(residual, epsilon, name="feed_forward_norm")
+        self.attention_dropout, self.choices, self.parts = attention_dropout, Choices.of(choices), parts or PLAIN
+        self.self_attention = self.attention("self_attention")
+        self.self_attention_norm = self.add_norm("self_attention_norm")
+        if self.has_cross_attention:
+            self.cross_attention = self.attention("cross_attention")
+            self.cross_attention_norm = self.add_norm("cross_attention_norm")
+        self.feed_forward = FeedForward(d_model, d_ff, self.parts, name="feed_forward")
+        self.feed_forward_norm = self.add_norm("feed_forward_norm")
+
+    def attention(self, name):
+        """A MultiHeadAttention sublayer of this block's settings."""
+        rate = self.dropout_rate if self.attention_dropout is None else self.attention_dropout
+        return MultiHeadAttention(self.d_model, self.num_heads, rate, self.choices.attention_output, self.parts,
+                                  name=name)
+
+    def add_norm(self, name):
+        """An AddNorm around a sublayer, with residual dropout unless the choices turn it off."""
+        rate = self.dropout_rate if self.choices.residual_dropout else 0.0
+        return AddNorm(rate, self.choices.layer_norm_epsilon, self.parts, name=name)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
+                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
+                "attention_dropout": self.attention_dropout, "choices": dataclasses.asdict(self.choices)}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class EncoderBlock(Block):
+    """Self-attention and feed-forward, each wrapped in AddNorm (section 3.1, encoder). Arguments
+    as Block's."""
 
     def build(self, x_shape):
         for layer in (self.self_attention, self.self_attention_norm, self.feed_forward,
                       self.feed_forward_norm):
             layer.build(x_shape)
 
-    def call(self, x, padding_mask, training=None):
-        """x (N, T1, d), padding_mask (N, T1) bool, True at real tokens -> (N, T1, d)."""
-        a = self.self_attention(x, x, key_padding_mask=padding_mask, training=training)  # (N, T1, d)
+    def call(self, x, padding_mask, training=None, return_attention_scores=False):
+        """x (N, T1, d), padding_mask (N, T1) bool, True at real tokens -> (N, T1, d); with
+        return_attention_scores also the self-attention weights (N, h, T1, T1)."""
+        a, weights = self.self_attention(x, x, attention_mask=padding_mask, training=training,
+                                         return_attention_scores=True)  # (N, T1, d)
         x = self.self_attention_norm(x, a, training=training)  # (N, T1, d)
         f = self.feed_forward(x)  # (N, T1, d)
-        return self.feed_forward_norm(x, f, training=training)  # (N, T1, d)
-
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
-                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
-                "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
-                "epsilon": self.epsilon, "attention_dropout": self.attention_dropout}
+        x = self.feed_forward_norm(x, f, training=training)  # (N, T1, d)
+        return (x, weights) if return_attention_scores else x
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class DecoderBlock(keras.layers.Layer):
+class DecoderBlock(Block):
     """Causal self-attention, attention over the encoder output, feed-forward, each wrapped in
-    AddNorm (section 3.1, decoder). Arguments as EncoderBlock's."""
+    AddNorm (section 3.1, decoder). Arguments as Block's."""
 
-    def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, output_projection=True,
-                 residual_dropout=True, epsilon=1e-6, attention_dropout=None, **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.d_ff, self.num_heads, self.dropout_rate = d_model, d_ff, num_heads, dropout_rate
-        self.output_projection, self.residual_dropout, self.epsilon = output_projection, residual_dropout, epsilon
-        self.attention_dropout = attention_dropout
-        residual = dropout_rate if residual_dropout else 0.0
-        attention_rate = dropout_rate if attention_dropout is None else attention_dropout
-        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
-                                                 name="self_attention")
-        self.self_attention_norm = AddNorm(residual, epsilon, name="self_attention_norm")
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_rate, output_projection,
-                                                  name="cross_attention")
-        self.cross_attention_norm = AddNorm(residual, epsilon, name="cross_attention_norm")
-        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")
-        self.feed_forward_norm = AddNorm(residual, epsilon, name="feed_forward_norm")
+    has_cross_attention = True
 
     def build(self, x_shape, memory_shape=None):
         memory_shape = x_shape if memory_shape is None else memory_shape
@@ -448,43 +500,39 @@ class DecoderBlock(keras.layers.Layer):
             layer.build(x_shape)
 
     def call(self, x, memory, target_mask, source_mask, training=None, self_cache=None,
-             cross_cache=None, step=None):
+             cross_cache=None, cache_index=None, return_attention_scores=False):
         """Decoder block.
 
         Args:
           x: (N, T2, d) decoder states.
           memory: (N, T1, d) encoder output (not read when decoding with caches).
-          target_mask: (N or 1, T2) bool, True at real target tokens (with caches: (1, L), True at
-            the filled cache entries).
+          target_mask: (N or 1, T2) bool, True at real target tokens (with caches: True at the
+            cache entries x may see, (1, L) or per query (N, T2, L)).
           source_mask: (N, T1) bool, True at real source tokens.
-          self_cache, cross_cache, step: for decoding position `step` alone (x (N, 1, d)): the
-            self-attention cache (keys, values), each (N, h, L, d_k), whose entry `step` this call
-            writes, and the encoder output's keys/values, each (N, h, T1, d_k) (see
-            MultiHeadAttention.call).
+          self_cache, cross_cache, cache_index: for decoding (x the new positions only): the
+            self-attention cache (keys, values), each (N, h, L, d_k), whose entries from
+            cache_index on this call writes, and the encoder output's keys/values, each
+            (N, h, T1, d_k) (see MultiHeadAttention.call).
+          return_attention_scores: also return the cross-attention weights (N, h, T2, T1).
 
         Returns:
-          (N, T2, d), or with caches ((N, 1, d), the updated self-attention cache).
+          (N, T2, d); with caches, ((N, T2, d), the updated self-attention cache); with
+          return_attention_scores, the weights after those.
         """
         if self_cache is None:  # training, or the reference's uncached decoding: all positions
-            a = self.self_attention(x, x, key_padding_mask=target_mask, causal=True,
-                                    training=training)  # (N, T2, d)
-        else:  # one new position: earlier ones are in the cache, later ones do not exist yet
-            a, self_cache = self.self_attention(x, x, key_padding_mask=target_mask, cache=self_cache,
-                                                cache_index=step)  # (N, 1, d)
+            a = self.self_attention(x, x, attention_mask=target_mask, causal=True, training=training)  # (N, T2, d)
+        else:  # new positions: earlier ones are in the cache, later ones do not exist yet
+            a, self_cache = self.self_attention(x, x, attention_mask=target_mask, cache=self_cache,
+                                                cache_index=cache_index)  # (N, T2, d)
         x = self.self_attention_norm(x, a, training=training)  # (N, T2, d)
-        c = self.cross_attention(x, memory, key_padding_mask=source_mask, cache=cross_cache,
-                                 training=training)  # (N, T2, d)
-        c = c if cross_cache is None else c[0]  # (N, T2, d)
+        c, *_, weights = self.cross_attention(x, memory, attention_mask=source_mask, cache=cross_cache,
+                                              training=training, return_attention_scores=True)  # (N, T2, d)
         x = self.cross_attention_norm(x, c, training=training)  # (N, T2, d)
         f = self.feed_forward(x)  # (N, T2, d)
         x = self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
-        return x if self_cache is None else (x, self_cache)
-
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
-                "num_heads": self.num_heads, "dropout_rate": self.dropout_rate,
-                "output_projection": self.output_projection, "residual_dropout": self.residual_dropout,
-                "epsilon": self.epsilon, "attention_dropout": self.attention_dropout}
+        returned = (x,) + (() if self_cache is None else (self_cache,))
+        returned += (weights,) if return_attention_scores else ()
+        return returned[0] if len(returned) == 1 else returned
 
 
 # 5.4 Label smoothing, and the loss
@@ -519,27 +567,29 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
       pad_id: label id that does not count.
       label_map: for logits over a part of the vocabulary (the model's output_ids), each id's
         column (V,) ints; None: logits over every id. pad_id must map to itself.
+      token_count: the number of real tokens to divide by, from this batch's: by default itself;
+        data-parallel training passes the mean over the replicas (devices.mean_over_replicas), so
+        that every token of the whole batch weighs the same however unevenly they are split.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, epsilon=0.1, pad_id=0, label_map=None, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(self, epsilon=0.1, pad_id=0, label_map=None, name="label_smoothed_cross_entropy",
+                 token_count=None, parts=None, **kwargs):
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.epsilon, self.pad_id = epsilon, pad_id
         self.label_map = None if label_map is None else [int(i) for i in label_map]
+        self.token_count, self.parts = token_count, parts or PLAIN
 
     def call(self, labels, logits):
         """labels (N, T2) int, logits (N, T2, V) -> per-token loss (N, T2), scaled so that Keras'
-        reduction (sum / (N * T2)) gives the mean over the real tokens.
-
-        With data parallelism each replica holds a part of the batch; it divides by the mean of
-        the replicas' token counts (devices.mean_over_replicas), so that every token of the whole
-        batch weighs the same however unevenly they are split."""
+        reduction (sum / (N * T2)) gives the mean over the real tokens."""
         labels = ops.cast(labels, "int32")  # (N, T2)
         if self.label_map is not None:
             labels = ops.take(ops.convert_to_tensor(np.asarray(self.label_map, np.int32)), labels)  # (N, T2) columns
-        per_token = smoothed_cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
+        per_token = self.parts.cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
         size = ops.cast(ops.shape(mask)[0] * ops.shape(mask)[1], "float32")
-        tokens = devices.mean_over_replicas(ops.sum(mask))  # real tokens
+        tokens = ops.sum(mask) if self.token_count is None else self.token_count(ops.sum(mask))  # real tokens
         return per_token * mask * (size / ops.maximum(tokens, 1.0))  # (N, T2)
 
     def get_config(self):
@@ -589,3 +639,23 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+# The parts every layer above is built from
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """The primitives the layers are built from: the plain ones of this file by default. fast.py
+    builds a Parts with faster drop-ins for some (same weights, same results within rounding);
+    the model hands its Parts to every layer when it is built (--kernels)."""
+
+    matmul_transposed: Callable = matmul_transposed  # a @ b^T: output logits (3.4), attention logits (3.2.1)
+    pointwise: Callable = pointwise  # a kernel-size-1 convolution (3.3)
+    Dropout: type = keras.layers.Dropout  # (5.4)
+    LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
+    cross_entropy: Callable = smoothed_cross_entropy  # the loss per token (5.4)
+    Adam: type = keras.optimizers.Adam  # the optimizer (5.3): model.compile_model builds it
+    beam_cache: Optional[type] = None  # beam search's cache layout (decoding.py); None: a row per hypothesis
+
+
+PLAIN = Parts()

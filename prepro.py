@@ -23,7 +23,6 @@ import re
 import shutil
 import tarfile
 import tempfile
-import unicodedata
 import urllib.request
 import xml.parsers.expat
 import zlib
@@ -32,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 import hyperparams
+from data_load import clean
 from utils import UserError, check_writable, run_cli, section
 
 SPLITS = ("train", "dev", "test")
@@ -61,14 +61,6 @@ IWSLT2016_INNER = "2016-01/texts/de/en/de-en.tgz"
 
 
 # Reading raw corpora
-
-def clean(text):
-    """One sentence as the model and BLEU see it: Unicode NFKC, no byte-order mark or control
-    characters, every run of whitespace (tabs, CR, U+2028, ...) one space, no space at the ends."""
-    text = unicodedata.normalize("NFKC", text.replace("\ufeff", ""))
-    text = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
-    return " ".join(text.split())
-
 
 # The settings prepro.py uses (--help shows these)
 SETTINGS = ("data", "seed")
@@ -208,17 +200,17 @@ def corpus_files(hp):
         missing += [f"train.tags.{s}-{t}.{lang}" for lang, p in zip((s, t), paths) if p is None]
         files["train"] = (read_iwslt_train, *paths)
         for split, tst in IWSLT_SETS.items():
-            names = lambda lang: [f"IWSLT{y}.TED.{tst}.{p}.{lang}.xml" for y in (16, 17) for p in pairs]
-            paths = [_find_first(d, names(lang)) for lang in (s, t)]
+            paths = [_find_first(d, [f"IWSLT{y}.TED.{tst}.{p}.{lang}.xml" for y in (16, 17) for p in pairs])
+                     for lang in (s, t)]
             missing += [f"IWSLT16.TED.{tst}.{s}-{t}.{lang}.xml" for lang, p in zip((s, t), paths) if p is None]
             files[split] = (read_iwslt_pair, *paths)
     if missing:
         hint = ("run `python prepro.py --preset ... --download` with a network, or copy the release there"
                 if hp.data_dir.startswith("data/") else "point --data_dir at the folder that holds them")
         if hp.corpus == "parallel":
-            hint += (f"; for another language pair name the files train.<lang>, dev.<lang>, test.<lang> "
-                     f"(e.g. train.en and train.fr) and pass --src_lang and --tgt_lang here, once: "
-                     f"training, eval and translate read them from --prepro_dir")
+            hint += ("; for another language pair name the files train.<lang>, dev.<lang>, test.<lang> "
+                     "(e.g. train.en and train.fr) and pass --src_lang and --tgt_lang here, once: "
+                     "training, eval and translate read them from --prepro_dir")
         raise UserError(f"{d}: missing corpus files {', '.join(missing)}: {hint}")
     return files
 

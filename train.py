@@ -243,12 +243,12 @@ def write_scalars(logdir, epoch, values, samples=()):
 
 
 def draw_history(logdir):
-    """<logdir>/history.png from history.jsonl (plot.py), redrawn after every epoch."""
-    import plot
+    """<logdir>/history.png from history.jsonl (pictures.py), redrawn after every epoch."""
+    import pictures
 
     try:
-        plot.plot_history(plot.read_history(os.path.join(logdir, "history.jsonl")),
-                          os.path.join(logdir, "history.png"))
+        pictures.plot_history(pictures.read_history(os.path.join(logdir, "history.jsonl")),
+                              os.path.join(logdir, "history.png"))
     except ImportError as e:  # matplotlib is a requirement, but a picture is not worth a stopped run
         print(f"note: history.png not drawn ({e})", file=sys.stderr)
 

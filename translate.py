@@ -3,9 +3,10 @@
     echo "Ein Mann fährt Fahrrad." | python translate.py --preset sample
     python translate.py --preset multi30k --beam_size 4 --input de.txt --output en.txt
 
-From Python (a notebook): load once, translate many times.
+From Python (a notebook): load once, translate many times (runs.py; `from translate import
+Translator` works too).
 
-    from translate import Translator
+    from runs import Translator
     translator = Translator("log/multi30k")
     translator.translate(["Ein Hund läuft.", "Zwei Kinder spielen."], beam_size=4)
 
@@ -16,14 +17,13 @@ a pipe that stays open), the model loaded once. Empty lines give empty lines.
 A sentence longer than the model was trained on (maxlen1 tokens) is split at sentence punctuation
 (or between words) and its pieces are translated one by one; a note on stderr says so.
 """
-import dataclasses
 import itertools
 import os
 import sys
 
 import hyperparams
-from eval import load_trained
-from prepro import clean
+from data_load import clean
+from runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
 from utils import UserError, atomic_write, run_cli
 
 
@@ -73,45 +73,11 @@ def input_chunks(path=None):
         yield decode_lines(pending, "<stdin>", line)
 
 
-class Translator:
-    """A trained model, loaded once, that translates lists of sentences: the Python face of this
-    script, with its cleaning, splitting of over-long lines and ordering.
-
-    Args:
-      logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
-      ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
-      hp: settings resolved already (translate.py's command line) instead of logdir's.
-      **settings: Hparams fields to override, as on the command line: beam_size and alpha (the
-        default decoding; the run's own otherwise), kernels, eval_tokens_per_batch, prepro_dir for a
-        run from before <logdir>/vocab existed.
-    """
-
-    def __init__(self, logdir=None, ckpt=None, hp=None, **settings):
-        if hp is None:  # the run's saved settings
-            hp = dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir, **settings)
-        self.hp = hyperparams.validate(hp)
-        self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt)
-
-    def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
-        """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of
-        one sentence (a str). source, first_line: where the sentences come from, for the note on
-        stderr about an over-long line that is translated in pieces."""
-        from decoding import translate_lines
-
-        if isinstance(sentences, str):
-            return self.translate([sentences], beam_size, alpha, source, first_line)[0]
-        beam_size = self.hp.beam_size if beam_size is None else beam_size
-        if beam_size < 1:
-            raise UserError(f"beam_size must be at least 1 (got {beam_size})")
-        return translate_lines(self.model, self.sp, [clean(s) for s in sentences], self.hp.maxlen1,
-                               self.hp.eval_tokens_per_batch, beam_size, self.hp.alpha if alpha is None else alpha,
-                               source=source, first_line=first_line)
-
-
 def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
-        parser.add_argument("--input", metavar="PATH", help="file of sentences to translate, one per line (default: stdin)")
+        parser.add_argument("--input", metavar="PATH",
+                            help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",
                             help="file for the translations (default: stdout); its folder must exist")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,

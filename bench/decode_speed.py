@@ -71,7 +71,7 @@ def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, th
 
     import ctranslate2
 
-    from export import write_ctranslate2
+    from serving import write_ctranslate2
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, model.vocab_size)]
     index = {p: i for i, p in enumerate(pieces)}
@@ -83,7 +83,7 @@ def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, th
             write_ctranslate2(model, pieces, folder, None if quantization == "float32" else quantization)
             translator = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1)
             for method, beam in (("greedy", 1), ("beam", beam_size)):
-                def decode(batch, x):
+                def decode(batch, x, translator=translator, beam=beam):
                     longest = x.shape[1] if length is None else length
                     kw = (dict(max_decoding_length=int(1.5 * longest) + 10) if length is None
                           else dict(max_decoding_length=length, min_decoding_length=length))
@@ -99,6 +99,69 @@ def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, th
     return results
 
 
+def load_model(args, hp):
+    """(model, forced output length or None): the --ckpt checkpoint, decoded until </s>; or a fresh
+    model of the preset's size over the prepro folder's vocabulary, forced to --length tokens."""
+    import keras
+
+    import checkpoints
+    import model as transformer
+
+    keras.utils.set_random_seed(args.seed)
+    if args.ckpt:
+        hp = hyperparams.load_hparams(os.path.dirname(os.path.dirname(os.path.abspath(args.ckpt))))
+        print(f"checkpoint {args.ckpt}: decoding until </s>")
+        return checkpoints.load(args.ckpt, hp), None
+    output_ids = None
+    if os.path.isdir(hp.prepro_dir):
+        vocab = data_load.load_meta(hp.prepro_dir)["vocab_size"]
+        output_ids = data_load.output_ids(hp.output_vocab, data_load.load_split(hp.prepro_dir, "train")[1])
+    else:
+        vocab = hp.vocab_size
+    model = transformer.make_model(hp, vocab, output_ids)
+    print(f"fresh {args.preset} model (d_model {hp.d_model}, {hp.num_blocks}+{hp.num_blocks} blocks, "
+          f"vocab {vocab}, softmax over {model.output_size}): exactly {args.length} output tokens per sentence")
+    return model, args.length
+
+
+def report(name, seconds, sentences, tokens, extra=""):
+    print(f"{name:36s} {seconds:8.2f} s  {sentences / seconds:8.1f} sent/s  {tokens / seconds:9.1f} tok/s{extra}",
+          flush=True)
+
+
+def compare_ctranslate2(model, batches, length, args, greedy_out):
+    """Time CTranslate2 (ctranslate2_runs) and print its rows, with its greedy outputs' agreement
+    with ours (greedy_out) where decoding runs until </s>; returns the first weight type's results
+    {method: (seconds, tokens, outputs)} ({} for none)."""
+    quantizations = [q.strip() for q in args.ctranslate2.split(",") if q.strip() and q.strip() != "none"]
+    ct2 = ctranslate2_runs(model, batches, length, args.beam_size, args.alpha, quantizations, args.threads)
+    for quantization in quantizations:
+        for method in ("greedy", "beam"):
+            seconds, tokens, outputs = ct2[quantization, method]
+            name = f"CTranslate2 {quantization} " + ("greedy" if method == "greedy" else f"beam {args.beam_size}")
+            same = ""
+            if method == "greedy" and length is None:
+                same = f"  same output as ours: {sum(a == b for a, b in zip(outputs, greedy_out))}/{len(outputs)}"
+            report(name, seconds, sum(len(x) for x in batches), tokens, same)
+    return {method: ct2[quantizations[0], method] for method in ("greedy", "beam")} if quantizations else {}
+
+
+def summary_line(results, ct2, beam_size):
+    """The machine-readable last line: ours, and CTranslate2's first weight type beside it."""
+    (t_unc, _, _), (t_greedy, n_greedy, _), (t_beam, n_beam, _) = (results["uncached"], results["cached"],
+                                                                   results["beam"])
+    line = (f"decode_speed cached_vs_uncached={t_unc / t_greedy:.2f} beam{beam_size}_vs_greedy="
+            f"{t_beam / t_greedy:.2f} greedy_tok_s={n_greedy / t_greedy:.0f} "
+            f"beam{beam_size}_tok_s={n_beam / t_beam:.0f}")
+    if ct2:
+        (ct_greedy_s, ct_greedy_n, _), (ct_beam_s, ct_beam_n, _) = ct2["greedy"], ct2["beam"]
+        ct_greedy, ct_beam = ct_greedy_n / ct_greedy_s, ct_beam_n / ct_beam_s
+        greedy, beam = n_greedy / t_greedy, n_beam / t_beam
+        line += (f" ct2_greedy_tok_s={ct_greedy:.0f} ct2_beam{beam_size}_tok_s={ct_beam:.0f} "
+                 f"ct2_vs_ours_greedy={ct_greedy / greedy:.2f} ct2_vs_ours_beam{beam_size}={ct_beam / beam:.2f}")
+    return line
+
+
 def main(argv=None):
     parser = common.parser(__doc__)
     parser.add_argument("--ckpt", help="trained checkpoint; default: a freshly initialised model")
@@ -112,27 +175,9 @@ def main(argv=None):
                         help="CTranslate2 weight types to time beside ours (comma-separated; none: skip)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads")
     args, hp = common.parse(parser, argv)
-    import keras
-
-    import checkpoints
-    import model as transformer
 
     section("Model")
-    keras.utils.set_random_seed(args.seed)
-    if args.ckpt:
-        hp = hyperparams.load_hparams(os.path.dirname(os.path.dirname(os.path.abspath(args.ckpt))))
-        model, length = checkpoints.load(args.ckpt, hp), None
-        print(f"checkpoint {args.ckpt}: decoding until </s>")
-    else:
-        output_ids = None
-        if os.path.isdir(hp.prepro_dir):
-            vocab = data_load.load_meta(hp.prepro_dir)["vocab_size"]
-            output_ids = data_load.output_ids(hp.output_vocab, data_load.load_split(hp.prepro_dir, "train")[1])
-        else:
-            vocab = hp.vocab_size
-        model, length = transformer.make_model(hp, vocab, output_ids), args.length
-        print(f"fresh {args.preset} model (d_model {hp.d_model}, {hp.num_blocks}+{hp.num_blocks} blocks, "
-              f"vocab {vocab}, softmax over {model.output_size}): exactly {length} output tokens per sentence")
+    model, length = load_model(args, hp)
     src = sources(hp, args.sentences, args.source_length, model.vocab_size, args.seed)
     order = np.argsort([len(s) for s in src], kind="stable")
     batches = [data_load.encoder_inputs([src[i] for i in order[j:j + args.batch_sentences]])
@@ -147,36 +192,12 @@ def main(argv=None):
     section(f"Decode {len(src)} sentences in {len(batches)} batches")
     results = {}
     for method in ("uncached", "cached", "beam"):
-        seconds, tokens, outputs = run(method, model, batches, length, args.beam_size, args.alpha)
-        results[method] = (seconds, tokens, outputs)
+        results[method] = run(method, model, batches, length, args.beam_size, args.alpha)
         name = {"uncached": "uncached greedy (reference's way)", "cached": "cached greedy",
                 "beam": f"cached beam {args.beam_size}"}[method]
-        print(f"{name:36s} {seconds:8.2f} s  {len(src) / seconds:8.1f} sent/s  {tokens / seconds:9.1f} tok/s",
-              flush=True)
-    (t_unc, _, _), (t_greedy, n_greedy, greedy_out), (t_beam, n_beam, _) = (
-        results["uncached"], results["cached"], results["beam"])
-    quantizations = [q.strip() for q in args.ctranslate2.split(",") if q.strip() and q.strip() != "none"]
-    ct2 = ctranslate2_runs(model, batches, length, args.beam_size, args.alpha, quantizations, args.threads)
-    for quantization in quantizations:
-        for method in ("greedy", "beam"):
-            seconds, tokens, outputs = ct2[quantization, method]
-            name = f"CTranslate2 {quantization} " + ("greedy" if method == "greedy" else f"beam {args.beam_size}")
-            same = ""
-            if method == "greedy" and length is None:
-                agree = sum(a == b for a, b in zip(outputs, greedy_out))
-                same = f"  same output as ours: {agree}/{len(outputs)}"
-            print(f"{name:36s} {seconds:8.2f} s  {len(src) / seconds:8.1f} sent/s  {tokens / seconds:9.1f} tok/s"
-                  f"{same}", flush=True)
-    line = (f"decode_speed cached_vs_uncached={t_unc / t_greedy:.2f} beam{args.beam_size}_vs_greedy="
-            f"{t_beam / t_greedy:.2f} greedy_tok_s={n_greedy / t_greedy:.0f} "
-            f"beam{args.beam_size}_tok_s={n_beam / t_beam:.0f}")
-    if quantizations:
-        q = quantizations[0]
-        (ct_greedy_s, ct_greedy_n, _), (ct_beam_s, ct_beam_n, _) = ct2[q, "greedy"], ct2[q, "beam"]
-        line += (f" ct2_greedy_tok_s={ct_greedy_n / ct_greedy_s:.0f} ct2_beam{args.beam_size}_tok_s="
-                 f"{ct_beam_n / ct_beam_s:.0f} ct2_vs_ours_greedy={(ct_greedy_n / ct_greedy_s) / (n_greedy / t_greedy):.2f}"
-                 f" ct2_vs_ours_beam{args.beam_size}={(ct_beam_n / ct_beam_s) / (n_beam / t_beam):.2f}")
-    print(line)
+        report(name, results[method][0], len(src), results[method][1])
+    ct2 = compare_ctranslate2(model, batches, length, args, results["cached"][2])
+    print(summary_line(results, ct2, args.beam_size))
 
 
 if __name__ == "__main__":

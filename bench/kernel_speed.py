@@ -1,10 +1,11 @@
 """What each of fast.py's drop-ins gains, measured side by side in one run: training steps with the
 plain parts, with each training trick alone, with all of them (--kernels fast) and with all but
-one; beam search with and without its trick. Rounds alternate the configurations, so a slow spell of a shared machine falls
-on all of them. A trick's speed-up is plain's time over its own, round by round; fast.AUTO keeps
-the tricks that were faster in at least 12 of 15 counted rounds pooled over three runs (a coin
-does that about 1 time in 57). Adam's update is also timed alone, as it is a few percent of a step.
-noise is the spread of the plain configuration's own times over the rounds (max / min - 1).
+one; beam search with and without its trick. Rounds alternate the configurations, so a slow
+spell of a shared machine falls on all of them. A trick's speed-up is plain's time over its own,
+round by round; fast.AUTO keeps the tricks that were faster in at least 12 of 15 counted rounds
+pooled over three runs (a coin does that about 1 time in 57). Adam's update is also timed alone,
+as it is a few percent of a step. noise is the spread of the plain configuration's own times over
+the rounds (max / min - 1).
 
     python bench/kernel_speed.py --preset multi30k --precision float32
 
@@ -103,20 +104,20 @@ def time_beam_search(model, hp, args):
     """{config: [seconds]}: beam search over dev sentences with the plain beam loop and each
     decoding drop-in, exactly 30 tokens a sentence, in alternating rounds."""
     import decoding
-    import fast
+    import model as transformer
 
     src = data_load.load_split(hp.prepro_dir, "dev")[0][:args.sentences]
     order = np.argsort([len(s) for s in src], kind="stable")
     sources = [data_load.encoder_inputs([src[i] for i in order[j:j + 64]]) for j in range(0, len(src), 64)]
+    configs = ("plain",) + DECODING
+    models = {c: transformer.rebuild(model, c) for c in configs}  # the same weights, each with its parts
 
     def decode_once(c):
-        fast.use(c)
         start = time.perf_counter()
         for x in sources:
-            decoding.beam_search(model, x, args.beam_size, 0.6, max_len=30, min_len=30)
+            decoding.beam_search(models[c], x, args.beam_size, 0.6, max_len=30, min_len=30)
         return time.perf_counter() - start
 
-    configs = ("plain",) + DECODING
     for c in configs:
         decode_once(c)  # compile
     return alternate(configs, decode_once, args.rounds)
@@ -135,8 +136,6 @@ def main(argv=None):
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
     import keras
 
-    import fast
-
     run = devices.setup(hp)
     print(run.describe())
     vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
@@ -152,7 +151,6 @@ def main(argv=None):
     models = {c: traced_model(hp, c, vocab_size, output_ids, batches, args.seed) for c in configs}
 
     def train_once(c):
-        fast.use(c)
         start = time.perf_counter()
         for (x, d), y in batches:
             models[c].train_on_batch((x, d), y)

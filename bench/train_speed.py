@@ -246,7 +246,8 @@ def batches_to_measure(hp, run, args, names):
         (iwslt_plan if args.iwslt_synthetic else None)
 
 
-def main(argv=None):
+def build_parser():
+    """The bench's options, beside the settings of bench/common.py."""
     parser = common.parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="timed batches per measurement")
     parser.add_argument("--precision", default="auto", choices=hyperparams.PRECISIONS,
@@ -262,6 +263,25 @@ def main(argv=None):
                              "bfloat16 instructions it only emulates it, several times slower)")
     parser.add_argument("--iwslt_synthetic", type=int, default=0,
                         help="also measure IWSLT 2016-shaped synthetic batches and project a full run")
+    return parser
+
+
+def matmul_peaks(run):
+    """({dtype: GFLOP/s}, the dtype the run computes in): float32's, and the run's mixed one's."""
+    import keras
+
+    peaks = {"float32": matmul_gflops("float32")}
+    compute = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(run.precision, "float32")
+    if compute != "float32":
+        peaks[compute] = matmul_gflops(compute)
+    for dtype, value in peaks.items():
+        print(f"{dtype} matmul, backend {keras.backend.backend()}: {value:.0f} GFLOP/s")
+    print(f"MFU below is against the {compute} figure")
+    return peaks, compute
+
+
+def main(argv=None):
+    parser = build_parser()
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile=args.jit_compile, strategy="one")
     names = [] if args.yardsticks in ("none", "auto") else args.yardsticks.split(",")
@@ -269,22 +289,14 @@ def main(argv=None):
         if name not in yardsticks.NAMES:
             raise UserError(f"--yardsticks {args.yardsticks}: unknown {name!r}; choose from "
                             f"{', '.join(yardsticks.NAMES)} or none")
-    import keras
-
     run = devices.setup(hp)
     print(run.describe())
     if args.yardsticks == "auto":
         names = ["keras", "keras_bf16", "torch"] if run.precision == "mixed_bfloat16" else ["keras", "torch"]
 
     section("Matmul")
-    peaks = {"float32": matmul_gflops("float32")}
-    compute = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(run.precision, "float32")
-    if compute != "float32":
-        peaks[compute] = matmul_gflops(compute)
-    for dtype, value in peaks.items():
-        print(f"{dtype} matmul, backend {keras.backend.backend()}: {value:.0f} GFLOP/s")
+    peaks, compute = matmul_peaks(run)
     peak = peaks[compute]
-    print(f"MFU below is against the {compute} figure")
 
     runs, vocab_size, output_ids, random_batches, sorted_batches, iwslt_plan = batches_to_measure(hp, run, args, names)
 
@@ -310,7 +322,8 @@ def main(argv=None):
         epoch_s = r["step_s"] * len(iwslt_plan)
         print(f"projected IWSLT 2016: {len(iwslt_plan)} steps x {r['step_s']:.3f} s = {epoch_s:.0f} s an epoch, "
               f"{hp.num_epochs} epochs {hp.num_epochs * epoch_s / 60:.1f} min (training steps only)")
-        line += (f" iwslt_tgt_tok_s={r['tgt_tok_s']:.0f} iwslt_mfu={r['gflops'] / peak:.2f} iwslt_epoch_s={epoch_s:.0f} "
+        line += (f" iwslt_tgt_tok_s={r['tgt_tok_s']:.0f} iwslt_mfu={r['gflops'] / peak:.2f} "
+                 f"iwslt_epoch_s={epoch_s:.0f} "
                  f"iwslt_run_min={hp.num_epochs * epoch_s / 60:.1f}")
     print(line)
 

@@ -24,21 +24,10 @@ def write_parallel(directory, prefix, src, tgt):
             f.writelines(line + "\n" for line in lines)
 
 
-@pytest.fixture(autouse=True)
-def default_kernels():
-    """Each test starts and ends with --kernels auto (a test may choose others: fast.use)."""
-    import fast
-    fast.use("auto")
-    yield
-    fast.use("auto")
-
-
 @pytest.fixture(params=["plain", "fast"])
 def kernels(request):
-    """Run a test with the plain parts and with fast.py's drop-ins (on TensorFlow: all of them);
-    the value is the --kernels setting, for a model the test builds."""
-    import fast
-    fast.use(request.param)
+    """Run a test with the plain parts and with fast.py's drop-ins (on TensorFlow: all of them):
+    the --kernels setting for a model the test builds (or model.rebuild)."""
     return request.param
 
 

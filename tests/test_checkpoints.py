@@ -59,3 +59,39 @@ def test_prune_keeps_the_newest(tmp_path):
         "S00000020.keras", "S00000030.keras"]
     checkpoints.prune_steps(str(tmp_path))
     assert checkpoints.step_checkpoints(str(tmp_path)) == []
+
+
+def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(tmp_path):
+    """Checkpoints written before the model's choices travelled as one record (and before a model
+    held its kernels) have each choice as a key of the model's config: such a file loads into the
+    same model, with the kernels asked for, giving the same outputs."""
+    import dataclasses
+
+    import keras
+    import numpy as np
+    from keras import ops
+
+    import hyperparams
+    import model as transformer
+
+    keras.utils.set_random_seed(3)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=1, num_heads=2, attention_output=False,
+                             layer_norm_epsilon=1e-8, pad_logit="zero", output_vocab="all", kernels="fast")
+    m = transformer.make_model(hp, 30)
+    x = np.array([[5, 6, 7, 3]], np.int32)
+    want = ops.convert_to_numpy(m((x, x), training=False))
+    new, old = str(tmp_path / "new.keras"), str(tmp_path / "old.keras")
+    m.save(new)
+    with zipfile.ZipFile(new) as z, zipfile.ZipFile(old, "w") as out:
+        for item in z.namelist():
+            data = z.read(item)
+            if item == "config.json":
+                config = json.loads(data)
+                config["config"].pop("kernels")
+                config["config"].update(config["config"].pop("choices"))  # the old flat keys
+                data = json.dumps(config)
+            out.writestr(item, data)
+    for kernels in ("plain", "fast"):
+        loaded = checkpoints.load(old, dataclasses.replace(hp, kernels=kernels))
+        assert loaded.choices == m.choices and loaded.kernels == kernels
+        np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, x), training=False)), want, rtol=1e-5, atol=1e-5)

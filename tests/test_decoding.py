@@ -42,7 +42,7 @@ def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_mod
 
 
 def test_beam_size_one_is_greedy(copy_model, kernels):
-    m, batch = copy_model
+    m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]
     x, _, _ = batch(50)
     greedy, g_scores = decoding.greedy_decode(m, x, return_scores=True)
     beam, b_scores = decoding.beam_search(m, x, beam_size=1, alpha=0.0, return_scores=True)
@@ -53,7 +53,7 @@ def test_beam_size_one_is_greedy(copy_model, kernels):
 
 
 def test_beam_search_score_is_never_below_greedy(copy_model, kernels):
-    m, batch = copy_model
+    m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]
     x, _, _ = batch(100)
     _, g_scores = decoding.greedy_decode(m, x, return_scores=True)
     _, b_scores = decoding.beam_search(m, x, beam_size=4, alpha=0.0, return_scores=True)
@@ -126,7 +126,7 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, ker
     """At ordinary beam sizes, on a trained model, each returned log-probability is the model's own
     score of the returned ids (a score of another hypothesis, or a cache read from the wrong
     ancestor, would differ)."""
-    m, _ = copy_model
+    m = transformer.rebuild(copy_model[0], kernels)
     rng = np.random.default_rng(4)
     x = np.zeros((40, 16), np.int32)  # longer than any training input: a less certain model
     for row, length in zip(x, rng.integers(7, 13, len(x))):
@@ -136,3 +136,37 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, ker
         np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4,
                                    err_msg=f"beam {beam_size}")
         assert (scores < -0.1).sum() >= 5  # some outputs the model is unsure of
+
+
+def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeypatch):
+    """A learner's edit to DecoderBlock.call (here another residual: the block's input added to its
+    output once more) reaches every way of decoding, with the plain and the fast kernels: cached
+    greedy decoding returns what the reference's uncached decoding returns, token for token; beam
+    search of width 1 is that greedy decoding; beam search of width 4 returns the same ids with
+    either kernels, each scored as the changed model scores it (teacher forcing)."""
+    import functools
+
+    import modules
+
+    x, _, _ = copy_model[1](40)
+    unchanged = decoding.greedy_decode(transformer.rebuild(copy_model[0], "plain"), x, cached=False)
+    edited = modules.DecoderBlock.call
+
+    @functools.wraps(edited)
+    def another_residual(self, y, *args, **kwargs):
+        out = edited(self, y, *args, **kwargs)
+        return (out[0] + y,) + tuple(out[1:]) if isinstance(out, tuple) else out + y
+
+    monkeypatch.setattr(modules.DecoderBlock, "call", another_residual)
+    plain, fast = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "fast"))
+    want = decoding.greedy_decode(plain, x, cached=False)
+    assert want.shape != unchanged.shape or (want != unchanged).any()  # the edit changes translations
+    beams = []
+    for m in (plain, fast):
+        np.testing.assert_array_equal(decoding.greedy_decode(m, x), want)
+        one = decoding.beam_search(m, x, beam_size=1, alpha=0.0)
+        np.testing.assert_array_equal(one[:, :want.shape[1]], want)
+        ids, scores = decoding.beam_search(m, x, beam_size=4, alpha=0.6, return_scores=True)
+        np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4)
+        beams.append(ids)
+    np.testing.assert_array_equal(beams[0], beams[1])

@@ -141,10 +141,10 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
 
 
 def test_sacrebleu_keeps_its_smoothing_and_the_reference_way_has_none():
-    """sacreBLEU's default exponential smoothing (in its signature) gives a short hypothesis without
-    a matching 4-gram a score above 0; multi-bleu.perl's way does not smooth, and gives 0."""
+    """sacreBLEU's default exponential smoothing (in its signature) gives a hypothesis without a
+    matching 4-gram a score above 0; multi-bleu.perl's way does not smooth, and gives 0."""
     import scoring
 
-    scores = scoring.bleu_scores(["a man rides"], ["a man rides a bike"])
+    scores = scoring.bleu_scores(["a man rides the bike"], ["a man rides a bike"])
     assert "smooth:exp" in scores["sacrebleu_signature"] and "smooth:none" in scores["reference_signature"]
     assert scores["sacrebleu"] > 0 and scores["reference"] == 0

@@ -21,17 +21,32 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
-def test_kernels_name_their_tricks_and_use_restores_the_plain_parts():
+def test_kernels_name_their_tricks_and_parts_hold_them():
     assert fast.tricks("plain") == set()
     assert fast.tricks("fast") == (set(fast.DROP_INS) if TENSORFLOW else set(fast.DROP_INS) - fast.TENSORFLOW_ONLY)
     assert fast.tricks("dropout, beam_cache") == ({"dropout", "beam_cache"} if TENSORFLOW else {"beam_cache"})
     with pytest.raises(ValueError, match="unknown kernels flash"):
         fast.tricks("flash")
-    fast.use("fast")
-    assert decoding.beam_loop is fast.beam_loop and modules.FeedForward.call is fast.feed_forward
-    fast.use("plain")
-    assert decoding.beam_loop is fast.PLAIN[(decoding, "beam_loop")] and modules.Dropout is keras.layers.Dropout
-    assert modules.FeedForward.call is fast.PLAIN[(modules.FeedForward, "call")]
+    assert fast.parts("plain") == modules.PLAIN == modules.Parts()
+    chosen = fast.parts("feed_forward, beam_cache")
+    assert chosen.pointwise is fast.pointwise and chosen.beam_cache is fast.InPlaceBeamCache
+    assert chosen.Dropout is keras.layers.Dropout and chosen.matmul_transposed is modules.matmul_transposed
+
+
+def test_two_models_with_different_kernels_live_in_one_process():
+    """Each model holds the parts it was built with; building one changes nothing of another, and
+    nothing of modules.py or decoding.py."""
+    hp = hyperparams.Hparams(d_model=D, d_ff=32, num_blocks=1, num_heads=H, dropout_rate=0.1)
+    before = (modules.FeedForward.call, modules.PLAIN, decoding.beam_loop)
+    fast_model = transformer.make_model(dataclasses.replace(hp, kernels="fast"), V)
+    plain_model = transformer.make_model(dataclasses.replace(hp, kernels="plain"), V)
+    assert (modules.FeedForward.call, modules.PLAIN, decoding.beam_loop) == before
+    assert plain_model.parts == modules.PLAIN and fast_model.parts == fast.parts("fast")
+    assert fast_model.decoder_blocks[0].feed_forward.parts.beam_cache is fast.InPlaceBeamCache
+    norm = type(fast_model.decoder_blocks[0].feed_forward_norm.norm)
+    assert norm is (fast.LayerNormalization if TENSORFLOW else keras.layers.LayerNormalization)
+    assert type(plain_model.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
+    assert type(plain_model.source_dropout) is keras.layers.Dropout
 
 
 def test_matmul_transposed_is_a_times_b_transposed():
@@ -215,16 +230,13 @@ def test_fused_adam_runs_the_fused_kernel(monkeypatch):
 def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
     """Beam search keeping caches in place returns the ids and scores of the plain beam search,
     which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""
-    m, _ = copy_model
+    plain, in_place = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "beam_cache"))
     rng = np.random.default_rng(7)
     x = np.zeros((30, 16), np.int32)
     for row, length in zip(x, rng.integers(5, 13, len(x))):
         row[:length + 1] = np.append(rng.integers(4, 14, length), EOS)
     for beam_size in (4, 5):
-        results = []
-        for kernels in ("plain", "beam_cache"):
-            fast.use(kernels)
-            results.append(decoding.beam_search(m, x, beam_size=beam_size, alpha=0.6, return_scores=True))
-        (plain_ids, plain_scores), (ids, scores) = results
-        np.testing.assert_array_equal(ids, plain_ids)
-        np.testing.assert_allclose(scores, plain_scores, rtol=1e-4, atol=1e-4)
+        want_ids, want_scores = decoding.beam_search(plain, x, beam_size=beam_size, alpha=0.6, return_scores=True)
+        ids, scores = decoding.beam_search(in_place, x, beam_size=beam_size, alpha=0.6, return_scores=True)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-4, atol=1e-4)

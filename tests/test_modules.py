@@ -8,13 +8,6 @@ import modules
 N, T1, T2, D, H, F, V = 2, 7, 5, 16, 4, 32, 20
 
 
-@pytest.fixture(autouse=True)
-def plain_kernels():
-    """These tests are of modules.py as written: fast.py's drop-ins have their own (test_fast)."""
-    import fast
-    fast.use("plain")
-
-
 def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
@@ -50,24 +43,20 @@ def test_attention_projections_are_linear(output_projection):
     assert len(mha.weights) == (8 if output_projection else 6)
 
 
-def test_kept_attention_is_what_the_heads_average_over():
-    """keep_attention (attention.py) keeps the weights that produced the output: rows sum to 1,
-    masked keys get none, and weights @ V through W^O is the layer's output."""
+def test_returned_attention_scores_are_what_the_heads_average_over():
+    """return_attention_scores (attention.py) gives the weights that produced the output: rows sum
+    to 1, masked keys get none, and weights @ V through W^O is the layer's output."""
     mha = modules.MultiHeadAttention(D, H)
     q, m = rand(N, T2, D), rand(N, T1, D, seed=1)
     mask = np.ones((N, T1), bool)
     mask[1, 4:] = False
-    mha.keep_attention = True
-    out = ops.convert_to_numpy(mha(q, m, key_padding_mask=mask))
-    weights = ops.convert_to_numpy(mha.last_attention)  # (N, h, T2, T1)
+    out, weights = (ops.convert_to_numpy(t) for t in mha(q, m, attention_mask=mask, return_attention_scores=True))
     assert weights.shape == (N, H, T2, T1)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
     assert np.all(weights[1, :, :, 4:] == 0)
     v = ops.convert_to_numpy(mha.keys_values(m)[1])  # (N, h, T1, d_k)
     np.testing.assert_allclose(ops.convert_to_numpy(mha.output(weights @ v)), out, atol=1e-5)
-    mha.keep_attention, mha.last_attention = False, None
-    mha(q, m)
-    assert mha.last_attention is None
+    np.testing.assert_allclose(ops.convert_to_numpy(mha(q, m, attention_mask=mask)), out, atol=1e-6)
 
 
 def test_pad_embeds_to_zeros_and_is_scaled():
@@ -217,7 +206,8 @@ def test_attention_with_a_cache_equals_attention_over_the_whole_sequence():
     cross = block.cross_attention.keys_values(memory)
     for t in range(T2):
         filled = np.arange(T2)[None] <= t  # (1, T2)
-        out, cache = block(x[:, t:t + 1], None, filled, source_mask, self_cache=cache, cross_cache=cross, step=t)
+        out, cache = block(x[:, t:t + 1], None, filled, source_mask, self_cache=cache, cross_cache=cross,
+                           cache_index=t)
         np.testing.assert_allclose(ops.convert_to_numpy(out)[:, 0], want[:, t], rtol=1e-5, atol=1e-5)
 
 

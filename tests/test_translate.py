@@ -95,7 +95,7 @@ def test_translator_api_matches_the_script(quick_start):
     import sys
 
     from conftest import ROOT
-    from translate import Translator
+    from runs import Translator
     tmp, dirs, _ = quick_start
     lines = ["Ein Mann fährt Fahrrad.", "", "Die  Frau\ttrinkt Kaffee.", "Das Kind spielt im Park."]
     translator = Translator(str(tmp / "log"))

@@ -1,0 +1,84 @@
+"""Pictures a person reads: how a training run went (loss, dev BLEU, learning rate per epoch) and
+what a model attends to (runs.attention_maps), as PNG files. plot.py and attention.py are their
+command lines; train.py redraws <logdir>/history.png after every epoch.
+"""
+import json
+
+from utils import UserError, atomic_write
+
+# The panels: (title, [(history key, label)]); a key absent from every line is left out.
+PANELS = (
+    ("loss", [("train_loss", "train (label-smoothed)"), ("dev_loss", "dev")]),
+    ("dev BLEU", [("dev_bleu", "sacreBLEU"), ("dev_bleu_reference", "the reference's way")]),
+    ("learning rate (end of epoch)", [("lr", "lr")]),
+)
+
+
+def read_history(path):
+    """The epochs of a history.jsonl as a list of dicts; a UserError naming the line of a bad one."""
+    epochs = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    epochs.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{lineno}: not a JSON line ({e.msg}); was the file cut off? "
+                                    f"delete that line and draw again") from None
+    except FileNotFoundError:
+        raise UserError(f"{path}: no training history; train first (python train.py ...) or pass the "
+                        f"--logdir of a training run") from None
+    if not epochs:
+        raise UserError(f"{path}: no epoch finished yet; draw it after the first epoch")
+    return epochs
+
+
+def plot_history(epochs, output):
+    """Write the panels of PANELS for epochs (read_history) to the PNG file output."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no screen needed
+    import matplotlib.pyplot as plt
+
+    panels = [(title, [(key, label) for key, label in series if any(key in e for e in epochs)])
+              for title, series in PANELS]
+    panels = [(title, series) for title, series in panels if series]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels):
+        for key, label in series:
+            points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
+            ax.plot(*zip(*points), marker="o", markersize=3, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend()
+    fig.tight_layout()
+    with atomic_write(output) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return output
+
+
+def draw_attention(maps, sentence, translation, output):
+    """A grid of heatmaps, a row per layer and a column per head, written to the PNG file output."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no screen needed
+    import matplotlib.pyplot as plt
+
+    rows, heads = len(maps), maps[0][1].shape[0]
+    size = max(max(len(r), len(c)) for _, _, r, c in maps)
+    cell = max(2.4, 0.22 * size)
+    fig, axes = plt.subplots(rows, heads, figsize=(cell * heads + 1, cell * rows + 1.2), squeeze=False)
+    for (title, weights, row_pieces, column_pieces), axes_row in zip(maps, axes):
+        for head, ax in enumerate(axes_row):
+            ax.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(column_pieces)), column_pieces, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(row_pieces)), row_pieces, fontsize=7)
+            ax.set_title(f"{title}, head {head + 1}", fontsize=8)
+    fig.suptitle(f"{sentence}\n→ {translation}", fontsize=10)
+    fig.tight_layout()
+    with atomic_write(output) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)

@@ -1,0 +1,123 @@
+"""A trained run, from Python: load it, translate with it, look inside it.
+
+    from runs import Translator
+    translator = Translator("log/multi30k")
+    translator.translate(["Ein Hund läuft.", "Zwei Kinder spielen."], beam_size=4)
+
+A run is a log directory: its settings (hparams.json), its vocabulary (vocab/) and its checkpoints
+(ckpt/). eval.py, translate.py, attention.py and export.py are command lines over this module.
+"""
+import dataclasses
+import os
+
+import checkpoints
+import data_load
+import hyperparams
+from utils import UserError
+
+
+def load_trained(hp, ckpt=None, preset="sample", average_last=1):
+    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
+    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed).
+
+    With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
+
+    Returns:
+      (model, sentencepiece processor, name of what was loaded).
+    """
+    found = checkpoints.epoch_checkpoints(hp.logdir)
+    if ckpt is None and not found:
+        raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
+                        f"(python train.py --preset {preset}) or pass --ckpt")
+    sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
+    if average_last > 1:
+        if ckpt is not None:
+            raise UserError("--average_last averages the newest checkpoints of --logdir: drop --ckpt")
+        if len(found) < average_last:
+            raise UserError(f"--average_last {average_last}: only {len(found)} checkpoints in "
+                            f"{os.path.join(hp.logdir, 'ckpt')} (keep more with --keep_checkpoints)")
+        paths = [p for _, p in found[-average_last:]]
+        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{average_last}.keras"
+        return (checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name))
+    ckpt = found[-1][1] if ckpt is None else ckpt
+    return checkpoints.load(ckpt, hp, meta), sp, ckpt
+
+
+class Translator:
+    """A trained model, loaded once, that translates lists of sentences (translate.py's Python
+    face), with its cleaning, splitting of over-long lines and ordering.
+
+    Args:
+      logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
+      ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
+      hp: settings resolved already (translate.py's command line) instead of logdir's.
+      **settings: Hparams fields to override, as on the command line: beam_size and alpha (the
+        default decoding; the run's own otherwise), kernels, eval_tokens_per_batch, prepro_dir for a
+        run from before <logdir>/vocab existed.
+    """
+
+    def __init__(self, logdir=None, ckpt=None, hp=None, **settings):
+        if hp is None:  # the run's saved settings
+            hp = dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir, **settings)
+        self.hp = hyperparams.validate(hp)
+        self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt)
+
+    def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
+        """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of
+        one sentence (a str). source, first_line: where the sentences come from, for the note on
+        stderr about an over-long line that is translated in pieces."""
+        from decoding import translate_lines
+
+        if isinstance(sentences, str):
+            return self.translate([sentences], beam_size, alpha, source, first_line)[0]
+        beam_size = self.hp.beam_size if beam_size is None else beam_size
+        if beam_size < 1:
+            raise UserError(f"beam_size must be at least 1 (got {beam_size})")
+        return translate_lines(self.model, self.sp, [data_load.clean(s) for s in sentences], self.hp.maxlen1,
+                               self.hp.eval_tokens_per_batch, beam_size, self.hp.alpha if alpha is None else alpha,
+                               source=source, first_line=first_line)
+
+
+def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False):
+    """Translate sentence and the attention weights that produced it, decoding as the translator's
+    settings say (beam_size, alpha: otherwise).
+
+    The output is decoded first; then the model runs once over it (teacher forcing, what the
+    decoder saw while decoding) and its layers return their attention weights
+    (return_attention_scores).
+
+    Returns:
+      (source pieces, output pieces (</s> included), translation, maps): maps a list of
+      (layer's name, weights (h, Tq, Tk) numpy array, row pieces, column pieces), decoder cross-attention
+      of every layer first, then (with encoder) the encoder self-attention of every layer.
+    """
+    import numpy as np
+    from keras import ops
+
+    from decoding import beam_search, greedy_decode
+
+    model, sp = translator.model, translator.sp
+    beam_size = translator.hp.beam_size if beam_size is None else beam_size
+    alpha = translator.hp.alpha if alpha is None else alpha
+    text = data_load.clean(sentence)
+    if not text:
+        raise UserError("the sentence is empty: give the sentence to translate as the last argument")
+    source_ids = sp.encode(text)
+    if model.positional == "learned" and len(source_ids) + 1 > model.maxlen1:
+        raise UserError(f"the sentence has {len(source_ids) + 1} tokens but this model takes at most maxlen1 "
+                        f"{model.maxlen1}: give a shorter one")
+    x = data_load.encoder_inputs([source_ids], multiple=1)  # (1, T1): the pieces and </s>
+    ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
+    out = [int(i) for i in ids[0] if i != data_load.PAD]  # the output pieces, </s> last
+    target_in = np.array([[data_load.BOS] + out[:-1]], np.int32)  # (1, T2): what the decoder saw
+    memory, source_mask, encoder_weights = model.encode(x, training=False, return_attention_scores=True)
+    _, decoder_weights = model.decode(target_in, memory, source_mask, training=False, return_attention_scores=True)
+    source_pieces = [sp.id_to_piece(int(i)) for i in x[0]]
+    output_pieces = [sp.id_to_piece(i) for i in out]
+    maps = [(f"decoder {i + 1} (over the source)", ops.convert_to_numpy(w)[0], output_pieces, source_pieces)
+            for i, w in enumerate(decoder_weights)]
+    if encoder:
+        maps += [(f"encoder {i + 1} (self)", ops.convert_to_numpy(w)[0], source_pieces, source_pieces)
+                 for i, w in enumerate(encoder_weights)]
+    translation = data_load.postprocess(sp, ids)[0]
+    return source_pieces, output_pieces, translation, maps

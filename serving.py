@@ -1,0 +1,160 @@
+"""Exporting a trained model to run without this project: the CTranslate2 specification of its
+weights, and a TensorFlow SavedModel that translates text in one graph. export.py is the command
+line over this; its help says how to use what it writes.
+"""
+import os
+
+import numpy as np
+
+from utils import UserError
+
+# A logit that never wins: the ids the port's decoding never chooses
+NEVER = -1e9
+# Rows of the sinusoid table given to CTranslate2, which reads positions from a table: the longest
+# sentence it can take or write
+SINUSOID_ROWS = 1024
+
+
+# CTranslate2: the weights in its Transformer specification
+
+def _linear(spec, kernel, bias):
+    """A Keras kernel (in, out) and bias (out,) into a CTranslate2 linear layer (out, in)."""
+    spec.weight = np.ascontiguousarray(np.asarray(kernel, np.float32).T)
+    spec.bias = np.asarray(bias, np.float32)
+
+
+def _norm(spec, add_norm):
+    spec.gamma = np.asarray(add_norm.norm.gamma, np.float32)
+    spec.beta = np.asarray(add_norm.norm.beta, np.float32)
+
+
+def _attention(spec, mha, self_attention):
+    """A MultiHeadAttention into CTranslate2's: Q, K and V fused for self-attention, K and V for
+    attention over the encoder output; W^O, or the identity for a model without it."""
+    parts = [(np.asarray(d.kernel), np.asarray(d.bias)) for d in (mha.query_dense, mha.key_dense, mha.value_dense)]
+    if self_attention:
+        _linear(spec.linear[0], np.concatenate([k for k, _ in parts], 1), np.concatenate([b for _, b in parts]))
+    else:
+        _linear(spec.linear[0], *parts[0])
+        _linear(spec.linear[1], np.concatenate([k for k, _ in parts[1:]], 1),
+                np.concatenate([b for _, b in parts[1:]]))
+    out = spec.linear[-1]
+    if mha.output_dense is not None:
+        _linear(out, np.asarray(mha.output_dense.kernel), np.asarray(mha.output_dense.bias))
+    else:
+        _linear(out, np.eye(mha.d_model, dtype=np.float32), np.zeros(mha.d_model, np.float32))
+
+
+def _feed_forward(spec, ffn):
+    _linear(spec.linear_0, np.asarray(ffn.inner.kernel)[0], np.asarray(ffn.inner.bias))  # (1, d, f) -> (d, f)
+    _linear(spec.linear_1, np.asarray(ffn.outer.kernel)[0], np.asarray(ffn.outer.bias))
+
+
+def _positions(model, layer):
+    from keras import ops
+
+    from modules import sinusoid
+    if model.positional == "learned":
+        return np.asarray(layer.table, np.float32)
+    return np.asarray(ops.convert_to_numpy(sinusoid(max(SINUSOID_ROWS, layer.maxlen), model.d_model)), np.float32)
+
+
+def ctranslate2_spec(model, pieces):
+    """The CTranslate2 TransformerSpec of a trained Transformer (post-norm, ReLU, scaled embeddings
+    with absolute positions) over the vocabulary pieces (a list: id -> piece)."""
+    from ctranslate2.specs import transformer_spec
+    from keras import ops
+
+    import data_load
+
+    spec = transformer_spec.TransformerSpec.from_config(model.num_blocks, model.num_heads, pre_norm=False)
+    embeddings = np.asarray(model.embedding.embeddings, np.float32)  # (V, d)
+    for side, position in ((spec.encoder, model.source_position), (spec.decoder, model.target_position)):
+        (side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings).weight = embeddings
+        side.scale_embeddings = True  # times sqrt(d), as TokenEmbedding
+        side.position_encodings.encodings = _positions(model, position)
+    for layer, block in zip(spec.encoder.layer, model.encoder_blocks):
+        _attention(layer.self_attention, block.self_attention, True)
+        _norm(layer.self_attention.layer_norm, block.self_attention_norm)
+        _feed_forward(layer.ffn, block.feed_forward)
+        _norm(layer.ffn.layer_norm, block.feed_forward_norm)
+    for layer, block in zip(spec.decoder.layer, model.decoder_blocks):
+        _attention(layer.self_attention, block.self_attention, True)
+        _norm(layer.self_attention.layer_norm, block.self_attention_norm)
+        _attention(layer.attention, block.cross_attention, False)
+        _norm(layer.attention.layer_norm, block.cross_attention_norm)
+        _feed_forward(layer.ffn, block.feed_forward)
+        _norm(layer.ffn.layer_norm, block.feed_forward_norm)
+    # the output layer: the shared matrix (its <pad> row zeroed for --pad_logit zero), and a bias
+    # that rules out what the port's softmax does not cover or its decoding never chooses
+    bias = np.zeros(model.vocab_size, np.float32)
+    if model.output_ids is not None:
+        bias[:] = NEVER
+        bias[model.output_ids] = 0.0
+    bias[[data_load.PAD, data_load.BOS]] = NEVER
+    spec.decoder.projection.weight = np.asarray(ops.convert_to_numpy(model.embedding.output_matrix()), np.float32)
+    spec.decoder.projection.bias = bias
+    spec.config.add_source_eos = True  # the encoder reads the pieces and </s>
+    spec.config.layer_norm_epsilon = float(model.choices.layer_norm_epsilon)
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    return spec
+
+
+def write_ctranslate2(model, pieces, output, quantization=None):
+    """Write the CTranslate2 model folder of a Transformer over the vocabulary pieces (id -> piece)."""
+    import ctranslate2
+
+    class Converter(ctranslate2.converters.Converter):
+        def _load(self):
+            return ctranslate2_spec(model, pieces)
+
+    Converter().convert(output, quantization=quantization)
+
+
+def export_ctranslate2(translator, output, quantization=None):
+    """Write the CTranslate2 model folder output, with the sentencepiece model as sentencepiece.model."""
+    sp = translator.sp
+    write_ctranslate2(translator.model, [sp.id_to_piece(i) for i in range(sp.get_piece_size())], output,
+                      quantization)
+    with open(os.path.join(output, "sentencepiece.model"), "wb") as f:
+        f.write(sp.serialized_model_proto())
+
+
+# SavedModel: text in, text out, in one TensorFlow graph
+
+def export_saved_model(translator, output):
+    """Write a SavedModel to output whose `translate` (and `serving_default`) maps a 1-D string
+    tensor of sentences to their greedy translations."""
+    import keras
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    import data_load
+    from decoding import greedy_loop
+
+    if keras.backend.backend() != "tensorflow":
+        raise UserError("--format saved_model needs KERAS_BACKEND=tensorflow")
+    model = translator.model
+    tokenizer = tf_text.SentencepieceTokenizer(model=translator.sp.serialized_model_proto(), add_eos=True)
+
+    def translate(sentences):
+        # prepro.clean in TensorFlow ops: NFKC, no byte-order marks or control characters, one space
+        text = tf_text.normalize_utf8(tf.strings.regex_replace(sentences, "\ufeff", ""), "NFKC")
+        text = tf.strings.strip(tf.strings.regex_replace(text, r"[\p{Cc}\s]+", " "))
+        source = tokenizer.tokenize(text).to_tensor(default_value=data_load.PAD)  # (N, T): pieces, </s>
+        pad = -tf.shape(source)[1] % data_load.PAD_MULTIPLE
+        source = tf.pad(source, [[0, 0], [0, pad]])  # (N, T1): padded as data_load.encoder_inputs
+        max_len = tf.cast(1.5 * tf.cast(tf.shape(source)[1], tf.float32), tf.int32) + 10  # decoding.default_max_len
+        ids, _ = greedy_loop(model, source, max_len, tf.constant(0))  # (N, L)
+        keep = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, data_load.EOS), tf.int32), axis=1), 0)  # before </s>
+        words = tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))  # (N,)
+        return tf.where(tf.equal(text, ""), "", words)  # an empty line stays empty
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(tokenizer)
+    signature = [tf.TensorSpec([None], tf.string, name="sentences")]
+    archive.add_endpoint("translate", translate, input_signature=signature)
+    archive.add_endpoint("serving_default", translate, input_signature=signature)
+    archive.write_out(output, verbose=False)
