@@ -40,7 +40,8 @@ def multi_bleu_report(score):
     """A sacrebleu BLEUScore as the reference's multi-bleu.perl prints it, its "ration" included:
     `BLEU = 23.88, 54.0/30.7/18.6/11.7 (BP=0.974, ration=0.974)`."""
     precisions = "/".join(f"{p:.1f}" for p in score.precisions)
-    return f"BLEU = {score.score:.2f}, {precisions} (BP={score.bp:.3f}, ration={score.sys_len / max(score.ref_len, 1):.3f})"
+    ratio = score.sys_len / max(score.ref_len, 1)
+    return f"BLEU = {score.score:.2f}, {precisions} (BP={score.bp:.3f}, ration={ratio:.3f})"
 
 
 def read_hypotheses(path):

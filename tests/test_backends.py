@@ -40,7 +40,8 @@ def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
             assert "epoch 1: train loss" in done.stdout
         if args[0] == "eval.py":
             assert "BLEU test sacreBLEU = " in done.stdout
-    done = subprocess.run([sys.executable, no_tf, "translate.py", *common], cwd=ROOT, input="Ein Mann fährt Fahrrad.\n\n",
+    done = subprocess.run([sys.executable, no_tf, "translate.py", *common], cwd=ROOT,
+                          input="Ein Mann fährt Fahrrad.\n\n",
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, KERAS_BACKEND="jax"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(done.stdout.splitlines()) == 2  # one line out per line in, the empty one kept

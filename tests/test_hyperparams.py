@@ -26,7 +26,8 @@ REFERENCE_2019 = [
     ("dropout_rate", 0.3, "hparams.py:49 --dropout_rate 0.3"),
     ("smoothing", 0.1, "hparams.py:50 --smoothing 0.1 (never passed on: modules.py label_smoothing's default 0.1)"),
     ("positional", "sinusoid", "model.py:53 and :94 positional_encoding (modules.py: sin/cos table)"),
-    ("lr_decay", "rsqrt", "model.py:150 noam_scheme (modules.py: init_lr * warmup^0.5 * min(step * warmup^-1.5, step^-0.5))"),
+    ("lr_decay", "rsqrt",
+     "model.py:150 noam_scheme (modules.py: init_lr * warmup^0.5 * min(step * warmup^-1.5, step^-0.5))"),
     ("output_vocab", "all", "model.py:125-126 logits over the whole shared matrix; :144 one_hot(y, depth=vocab_size)"),
     ("pad_logit", "zero", "model.py:36 get_token_embeddings(zero_pad=True); modules.py:51-53 the zero row is "
                           "part of the matrix that model.py:125 uses for the logits"),

@@ -23,7 +23,8 @@ def write_corpus(directory, src_lang, src, tgt_lang, tgt):
             (directory / f"{split}.{lang}").write_text("".join(x + "\n" for x in lines[rows] * times), encoding="utf-8")
 
 
-@pytest.mark.parametrize("src_lang, src, tgt_lang, tgt", [("ja", JAPANESE, "en", ENGLISH), ("en", ENGLISH, "fr", FRENCH)],
+@pytest.mark.parametrize("src_lang, src, tgt_lang, tgt",
+                         [("ja", JAPANESE, "en", ENGLISH), ("en", ENGLISH, "fr", FRENCH)],
                          ids=["ja-en", "en-fr"])
 def test_a_language_pair_end_to_end(tmp_path, src_lang, src, tgt_lang, tgt):
     raw, prepro, log = tmp_path / "raw", str(tmp_path / "prepro"), str(tmp_path / "log")
