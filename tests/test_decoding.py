@@ -1,6 +1,7 @@
 """Cached incremental decoding and beam search."""
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
 import decoding
@@ -9,6 +10,7 @@ import model as transformer
 from data_load import BOS, EOS, PAD
 
 
+@pytest.mark.jax
 def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
     m, batch = copy_model
     x, _, _ = batch(50)
@@ -87,6 +89,7 @@ def gnmt_penalty(length, alpha):
     return ((5.0 + length) / 6.0) ** alpha
 
 
+@pytest.mark.jax
 def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(kernels):
     """A model over 6 ids, of which <unk>, </s>, 4 and 5 can be chosen (<pad> and <s> never), and
     outputs of at most 3 tokens: 1 + 3 + 9 = 13 hypotheses end in </s>. At most 9 prefixes are open
@@ -138,6 +141,7 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, ker
         assert (scores < -0.1).sum() >= 5  # some outputs the model is unsure of
 
 
+@pytest.mark.jax
 def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeypatch):
     """A learner's edit to DecoderBlock.call (here another residual: the block's input added to its
     output once more) reaches every way of decoding, with the plain and the fast kernels: cached

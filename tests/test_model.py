@@ -38,6 +38,7 @@ def test_learning_rate_schedule_of_each_decay():
     assert float(again(49)) == 0.0 and float(again(29)) == pytest.approx(float(schedule(29)))
 
 
+@pytest.mark.jax
 def test_save_and_load_give_identical_outputs(tmp_path):
     m, hp = tiny()
     transformer.compile_model(m, hp)
@@ -75,6 +76,7 @@ def test_output_ids_give_those_columns_of_the_full_logits(tmp_path):
     assert [label_map[i] for i in OUTPUT_IDS] == list(range(9)) and label_map[7] == 1  # 7: no column, <unk>
 
 
+@pytest.mark.jax
 def test_decoding_with_output_ids_returns_ids_and_their_scores():
     """Greedy (cached, uncached) and beam search of a model whose logits cover OUTPUT_IDS return ids
     from OUTPUT_IDS, each the best of them by the full model's logits restricted to those columns."""
@@ -141,6 +143,7 @@ def test_auto_precision_is_bfloat16_only_on_a_cpu_with_bfloat16_instructions(tmp
     assert devices.cpu_flags(str(tmp_path / "missing")) == set()
 
 
+@pytest.mark.jax
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_trains_with_float32_logits_and_loss_scaling(policy):
     keras.mixed_precision.set_global_policy(policy)
@@ -230,6 +233,7 @@ def numpy_smoothed_loss(logits, labels, epsilon):
     return per_token[labels != PAD].mean()
 
 
+@pytest.mark.jax
 @pytest.mark.parametrize("smoothing, beta_2, epsilon, decay", [(0.0, 0.98, 1e-9, 0.0), (0.3, 0.999, 1e-8, 0.05)])
 def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2, epsilon, decay):
     """The compiled loss is the smoothed cross-entropy with hp.smoothing (the reference's
@@ -266,6 +270,7 @@ def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2
         np.testing.assert_allclose(ops.convert_to_numpy(v), want, rtol=2e-5, atol=1e-7, err_msg=v.path)
 
 
+@pytest.mark.jax
 def test_learned_positions_save_load_and_decode_from_the_right_offsets(tmp_path):
     """The reference's legacy learned positions: a saved model loads with them, and cached decoding
     reads row `step` of the table at every step (the uncached decoder reads rows 0..t at once)."""

@@ -5,6 +5,8 @@ from keras import ops
 
 import modules
 
+pytestmark = pytest.mark.jax  # the layers in keras.ops: every test here runs under JAX too (test_backends)
+
 N, T1, T2, D, H, F, V = 2, 7, 5, 16, 4, 32, 20
 
 
