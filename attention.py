@@ -28,12 +28,13 @@ def main(argv=None):
         parser.add_argument("--encoder", action="store_true",
                             help="also draw the encoder's self-attention, a row per layer")
         parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
-    hp = hyperparams.settings_for_logdir(hp, overrides)
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
+                                                 from_run=True)
+    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")
-    translator = Translator(ckpt=args.ckpt, hp=hp)
+    translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
     _, _, translation, maps = attention_maps(translator, args.sentence, encoder=args.encoder)
     draw_attention(maps, args.sentence, translation, args.output)
     print(translation)

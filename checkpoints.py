@@ -6,7 +6,8 @@ state and the epoch's loss so far, so that a resumed run continues exactly as if
 Each is written under a temporary name and renamed once complete: a run killed at any moment leaves
 only whole checkpoints.
 
-    <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras   after every epoch (the reference's naming)
+    <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras   after every epoch (the name of the reference's
+                                                           dev translation files; its checkpoints had no B)
     <logdir>/ckpt/steps/S<step>.keras                      mid-epoch, every --save_every_steps
     <logdir>/vocab/{bpe.model,meta.json}                   the run's copy of its vocabulary
 

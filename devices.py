@@ -197,7 +197,8 @@ def setup(hp, devices=None):
         replicas = len(chosen)
     policy = precision(hp)
     if policy != "float32" and not gpus() and not (policy == "mixed_bfloat16" and cpu_has_bfloat16()):
-        print(f"note: --precision {policy} on a CPU without bfloat16 instructions: expect no speed-up (see README)")
+        print(f"note: --precision {policy} on a CPU without bfloat16 instructions: expect no speed-up "
+              f"(docs/devices.md, 'Mixed precision')")
     keras.mixed_precision.set_global_policy(policy)
     return Setup(policy, jit_compile(hp), length_multiple(hp), name, replicas, chief, scope)
 

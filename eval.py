@@ -38,11 +38,12 @@ def main(argv=None):
         parser.add_argument("--average_last", type=int, default=1, metavar="INT",
                             help="average the weights of the newest INT epoch checkpoints")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
-                                                 show=SETTINGS)
-    hp = hyperparams.settings_for_logdir(hp, overrides)
+                                                 show=SETTINGS,
+                                                 from_run=True)
+    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
 
     section("Load model")
-    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset, args.average_last)
+    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given, args.average_last)
     print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
 
     check_writable(os.path.join(hp.logdir, "results"))  # before translating, not after

@@ -49,8 +49,9 @@ def main(argv=None):
                             help="ctranslate2: weight type (default: float32)")
         parser.add_argument("--force", action="store_true", help="replace --output if it exists")
         parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
-    hp = hyperparams.settings_for_logdir(hp, overrides)
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
+                                                 from_run=True)
+    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
     if args.quantization and args.format != "ctranslate2":
         raise UserError("--quantization is for --format ctranslate2")
     output = os.path.abspath(args.output)
@@ -58,7 +59,7 @@ def main(argv=None):
         raise UserError(f"{args.output} exists; pass --force to replace it, or choose another --output")
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
-    translator = Translator(ckpt=args.ckpt, hp=hp)
+    translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
     work = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)  # the folder appears once complete
     try:
         target = os.path.join(work, "model")

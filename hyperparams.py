@@ -205,9 +205,9 @@ PRESETS = {
     # The reference's 2019 experiment on IWSLT 2016 de-en: its hparams.py values and what its code
     # does without a setting (Adam's defaults, Xavier embeddings, the zero <pad> row in the output
     # projection, no W^O, dropout on embeddings and attention weights only, 128-sentence batches,
-    # label smoothing over the whole vocabulary); tests/test_hyperparams.py lists each with its source.
+    # label smoothing over the whole vocabulary, float32); tests/test_hyperparams.py lists each with its source.
     "iwslt2016": dict(REFERENCE_2019, corpus="iwslt", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016",
-                      logdir="log/iwslt2016", eval_sentences=0),
+                      logdir="log/iwslt2016", eval_sentences=0, precision="float32"),
     # The same task and model size with every improvement of this port turned on: token-budget
     # batches, residual dropout and W^O (paper 3.2.2, 5.4), the paper's Adam constants, the smaller
     # softmax. README, "Beat the reference".
@@ -312,32 +312,37 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser(description, preset_name="sample", show=None):
+def build_parser(description, preset_name="sample", show=None, from_run=False):
     """An ArgumentParser with --preset and one --<field> option per Hparams field that the script
     uses: show names settings groups (GROUPS) and single fields; None: all of them.
 
     Field options default to argparse.SUPPRESS, so the parsed namespace holds only what was given;
-    their help shows the preset's value.
+    their help shows the preset's value, or with from_run (a script that works with a trained run's
+    saved settings) says the default is the run's.
     """
     defaults = preset(preset_name)
-    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    epilog = (f"Settings not given are the run's, those it was trained with (<logdir>/hparams.json); "
+              f"--preset picks the run's --logdir ({defaults.logdir} here).") if from_run else None
+    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter, epilog=epilog)
     parser.add_argument("--preset", default=preset_name, choices=sorted(PRESETS),
-                        help="settings to start from (values shown below: this preset's); --<name> value "
-                             "overrides any of them")
+                        help="the run of this preset (its --logdir)" if from_run else
+                        "settings to start from (values shown below: this preset's); --<name> value "
+                        "overrides any of them")
     names = None
     if show is not None:
         names = [f.name for f in dataclasses.fields(Hparams) if f.name in show or f.metadata["group"] in show]
-    add_field_options(parser, defaults, names)
+    add_field_options(parser, defaults, names, from_run=from_run)
     return parser
 
 
-def add_field_options(parser, defaults, names=None, accept_others=True):
+def add_field_options(parser, defaults, names=None, accept_others=True, from_run=False):
     """One --<field> option per Hparams field, in one argparse group per settings group, described
     by the field's help and its value in defaults. Fields outside names (if given) are accepted
     but not shown in --help (a script takes the same --logdir, --prepro_dir, ... as the others),
     or with accept_others=False not added at all.
 
-    They default to argparse.SUPPRESS, so that given_fields() finds only what was given.
+    They default to argparse.SUPPRESS, so that given_fields() finds only what was given. With
+    from_run, their help says the default is the trained run's (but --logdir's: the preset's).
     """
     for group, description in GROUPS.items():
         fields = [f for f in dataclasses.fields(Hparams) if f.metadata["group"] == group]
@@ -347,6 +352,8 @@ def add_field_options(parser, defaults, names=None, accept_others=True):
             value = getattr(defaults, f.name)
             kind = parse_bool if isinstance(value, bool) else type(value)
             text = f"{f.metadata['help']} (preset: {int(value) if isinstance(value, bool) else value})"
+            if from_run and f.name != "logdir":
+                text = f"{f.metadata['help']} (default: the run's)"
             options.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS,
                                  metavar=type(value).__name__.upper().replace("BOOL", "0|1"),
                                  help=text if f in shown else argparse.SUPPRESS)
@@ -357,7 +364,7 @@ def given_fields(args, names=None):
     return {name: getattr(args, name) for name in (names or field_names()) if hasattr(args, name)}
 
 
-def parse_args(description, argv=None, add_arguments=None, show=None):
+def parse_args(description, argv=None, add_arguments=None, show=None, from_run=False):
     """Parse `--preset P --name value ...`.
 
     Args:
@@ -365,20 +372,22 @@ def parse_args(description, argv=None, add_arguments=None, show=None):
       argv: arguments (default sys.argv[1:]).
       add_arguments: optional callable(parser) adding the script's own options.
       show: the settings the script uses (build_parser); None: all.
+      from_run: the script works with a trained run's saved settings (--help says so).
 
     Returns:
-      (hp, args, overrides): resolved and validated Hparams, the argparse namespace, and the
-      dict of fields given on the command line.
+      (hp, args, overrides): resolved and validated Hparams, the argparse namespace (its
+      preset_given: the --preset given, or None), and the dict of fields given on the command line.
     """
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default="sample")
     known, _ = pre.parse_known_args(argv)
     preset_name = known.preset if known.preset in PRESETS else "sample"
-    parser = build_parser(description, preset_name, show)
+    parser = build_parser(description, preset_name, show, from_run)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
+    args.preset_given = args.preset if any(a == "--preset" or a.startswith("--preset=") for a in argv) else None
     overrides = given_fields(args)
     hp = dataclasses.replace(preset(args.preset), **overrides)
     return validate(hp), args, overrides
@@ -405,11 +414,17 @@ def saved_changes(logdir):
         return json.load(f).get("changes", [])
 
 
-def load_hparams(logdir):
-    """Read <logdir>/hparams.json written by training."""
+def train_first(logdir, preset=None):
+    """The command that trains a run into logdir: with the --preset given (None: not given, so the
+    user names the one to train)."""
+    return f"python train.py --preset {preset or '<the preset to train>'} --logdir {logdir}"
+
+
+def load_hparams(logdir, preset=None):
+    """Read <logdir>/hparams.json written by training; preset: the --preset given, for the hint."""
     path = os.path.join(logdir, "hparams.json")
     if not os.path.isfile(path):
-        raise UserError(f"{path}: no saved settings; train first (python train.py --logdir {logdir}) "
+        raise UserError(f"{path}: no saved settings; train first ({train_first(logdir, preset)}) "
                         f"or pass the --logdir of a finished training run")
     try:
         with open(path, encoding="utf-8") as f:
@@ -423,9 +438,10 @@ def load_hparams(logdir):
     return Hparams(**{**dataclasses.asdict(Hparams()), **SAVED_BEFORE, **saved})
 
 
-def settings_for_logdir(hp, overrides):
-    """The settings of the training run in hp.logdir, with the command line's overrides on top."""
-    saved = load_hparams(hp.logdir)
+def settings_for_logdir(hp, overrides, preset=None):
+    """The settings of the training run in hp.logdir, with the command line's overrides on top;
+    preset: the --preset given, if one was (for the hint when there is no run)."""
+    saved = load_hparams(hp.logdir, preset)
     return validate(dataclasses.replace(saved, **overrides))
 
 

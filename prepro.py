@@ -1,8 +1,10 @@
-"""Turn a raw German-English corpus into a joint BPE vocabulary and id files.
+"""Turn a raw parallel corpus (German-English by default, any language pair) into a joint BPE
+vocabulary and id files.
 
     python prepro.py --preset sample
     python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
     python prepro.py --preset iwslt2016 --download
+    python prepro.py --data_dir my_corpus --src_lang en --tgt_lang fr --prepro_dir prepro/en-fr --vocab_size 8000
 
 Reads (see Hparams.corpus):
   parallel  line-aligned <prefix>.<lang>[.gz] files, as Multi30k ships them;
@@ -231,7 +233,7 @@ def _fetch(url, path, desc):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise UserError(f"could not download {url} ({e}); without a network, put the files in "
-                        f"{os.path.dirname(path)} by hand (see README, 'Data')") from None
+                        f"{os.path.dirname(path)} by hand (README, 'Recipes', says which files)") from None
     os.replace(tmp, path)
 
 
@@ -281,6 +283,11 @@ def train_bpe(sentences, model_prefix, vocab_size, seed):
             hard_vocab_limit=False, input_sentence_size=2_000_000, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=2)
     except RuntimeError as e:
+        needed = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(e))
+        if needed:  # more distinct characters than pieces: every character needs a piece of its own
+            raise UserError(f"the training text has {needed.group(2)} distinct characters, more than --vocab_size "
+                            f"{needed.group(1)} pieces: raise --vocab_size above {needed.group(2)} (for example "
+                            f"{max(8000, 2 * int(needed.group(2)))})") from None
         raise UserError(f"sentencepiece could not train on {len(sentences)} sentences ({e}); "
                         f"try a smaller --vocab_size") from None
     finally:
@@ -408,7 +415,13 @@ def main(argv=None):
                                  "IWSLT 2016 for iwslt), checking checksums")
         parser.add_argument("--overwrite", action="store_true",
                             help="replace a --prepro_dir made from other data or settings")
-    hp, args, _ = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
+    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS)
+    if hp.data_dir != hyperparams.preset(args.preset).data_dir and not args.preset_given \
+            and "vocab_size" not in overrides and not args.download:
+        corpus_files(hp)  # a missing file first
+        raise UserError(f"{hp.data_dir}: your own corpus needs a --vocab_size (the sample preset's "
+                        f"{hp.vocab_size} pieces suit only its 600 pairs): 8000 for tens of thousands of "
+                        f"pairs, 16000-32000 for hundreds of thousands or a script with thousands of characters")
     check_writable(os.path.dirname(os.path.abspath(hp.prepro_dir)))
     if args.download:
         section(f"Download into {hp.data_dir}")

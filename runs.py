@@ -16,9 +16,10 @@ import hyperparams
 from utils import UserError
 
 
-def load_trained(hp, ckpt=None, preset="sample", average_last=1):
+def load_trained(hp, ckpt=None, preset=None, average_last=1):
     """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
-    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed).
+    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed). preset: the
+    --preset given, if one was (for the hint when there is no checkpoint).
 
     With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
 
@@ -28,7 +29,7 @@ def load_trained(hp, ckpt=None, preset="sample", average_last=1):
     found = checkpoints.epoch_checkpoints(hp.logdir)
     if ckpt is None and not found:
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
-                        f"(python train.py --preset {preset}) or pass --ckpt")
+                        f"({hyperparams.train_first(hp.logdir, preset)}) or pass --ckpt")
     sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
     if average_last > 1:
         if ckpt is not None:
@@ -51,16 +52,17 @@ class Translator:
       logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
       ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
       hp: settings resolved already (translate.py's command line) instead of logdir's.
+      preset: the --preset of that command line, if given (for the hint when there is no checkpoint).
       **settings: Hparams fields to override, as on the command line: beam_size and alpha (the
         default decoding; the run's own otherwise), kernels, eval_tokens_per_batch, prepro_dir for a
         run from before <logdir>/vocab existed.
     """
 
-    def __init__(self, logdir=None, ckpt=None, hp=None, **settings):
+    def __init__(self, logdir=None, ckpt=None, hp=None, preset=None, **settings):
         if hp is None:  # the run's saved settings
             hp = dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir, **settings)
         self.hp = hyperparams.validate(hp)
-        self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt)
+        self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt, preset)
 
     def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
         """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of

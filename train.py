@@ -1,11 +1,13 @@
-"""Train the Transformer German->English with label smoothing; a GPU is used when present.
+"""Train the Transformer on a prepro folder's language pair (German->English in the presets) with
+label smoothing; a GPU is used when present.
 
     python train.py --preset sample
     python train.py --preset multi30k
 
 After every epoch: dev loss, dev BLEU (greedy, whole sentences; all of dev or the first
 --eval_sentences), a checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras (B the
-reference's way, multi-bleu.perl on raw text, as in its iwslt2016_E19L2.64B28.06), the dev
+reference's way, multi-bleu.perl on raw text; the reference put it in its dev translation files'
+names, iwslt2016_E19L2.64B28.06, not in its checkpoints'), the dev
 translations in <logdir>/eval/ (<name>.txt: source / expected / got and both BLEUs; <name>: the
 reference's layout, one translation a line and the multi-bleu line), TensorBoard scalars (every
 step's loss and learning rate, every epoch's figures and three dev translations) in
@@ -396,9 +398,18 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     return name
 
 
+# The settings train.py uses (--help shows these): all but prepro.py's, which the prepro folder fixes.
+SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "training", "devices", "evaluation", "run")
+PREPRO_ONLY = ("corpus", "data_dir", "train_prefix", "dev_prefix", "test_prefix", "vocab_size")
+
+
 def main(argv=None):
     started = time.time()
-    hp, _, given = hyperparams.parse_args(__doc__.split("\n\n")[0], argv)
+    hp, _, given = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, show=SETTINGS)
+    ignored = [f"--{name}" for name in PREPRO_ONLY if name in given]
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: prepro.py's settings; training reads the vocabulary and ids of "
+                        f"--prepro_dir ({hp.prepro_dir}): drop them here, or run prepro.py with them first")
     import keras
 
     section("Settings")

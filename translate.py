@@ -81,14 +81,15 @@ def main(argv=None):
         parser.add_argument("--output", metavar="PATH",
                             help="file for the translations (default: stdout); its folder must exist")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
-                                                 show=SETTINGS)
-    hp = hyperparams.settings_for_logdir(hp, overrides)
+                                                 show=SETTINGS,
+                                                 from_run=True)
+    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise UserError(f"{args.output}: its folder {os.path.dirname(os.path.abspath(args.output))} does not "
                         f"exist; create it first")
     chunks = input_chunks(args.input)
     first = next(chunks, [])  # bad input at the start fails before the model is loaded
-    translator = Translator(ckpt=args.ckpt, hp=hp)
+    translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
 
     def translate_all(out):
         line = 1

@@ -38,6 +38,7 @@ REFERENCE_2019 = [
                                 "scaled_dot_product_attention on the weights; none on sublayer outputs"),
     ("adam_beta2", 0.999, "model.py:151 tf.train.AdamOptimizer(lr): TensorFlow's default beta2"),
     ("adam_epsilon", 1e-8, "model.py:151 tf.train.AdamOptimizer(lr): TensorFlow's default epsilon"),
+    ("precision", "float32", "no mixed precision anywhere: TensorFlow 1's float32 variables and ops"),
 ]
 
 
@@ -52,7 +53,7 @@ def test_presets_are_valid_and_the_iwslt2016_one_is_the_references_experiment():
     improved = hyperparams.preset("iwslt2016_improved")
     changed = {f for f in hyperparams.field_names() if getattr(ref, f) != getattr(improved, f)}
     assert changed == {"logdir", "batch_sentences", "attention_output", "residual_dropout", "layer_norm_epsilon",
-                       "embedding_init", "pad_logit", "output_vocab", "adam_beta2", "adam_epsilon"}
+                       "embedding_init", "pad_logit", "output_vocab", "adam_beta2", "adam_epsilon", "precision"}
 
 
 def test_overrides_for_every_field():
@@ -143,9 +144,10 @@ def test_every_option_of_every_script_has_a_description(script):
     entries = help_entries(shown.stdout)
     assert "--preset" in entries and "--help" in entries
     assert not [option for option, text in entries.items() if not text], entries
-    settings = {"train.py": None, "hyperparams.py": None}.get(script, getattr(
-        importlib.import_module(script[:-3]), "SETTINGS", ()))
+    settings = {"hyperparams.py": None}.get(script, getattr(importlib.import_module(script[:-3]), "SETTINGS", ()))
     for f in dataclasses.fields(hyperparams.Hparams):
         wanted = settings is None or f.name in settings or f.metadata["group"] in settings
         assert (f"--{f.name}" in entries) == wanted, (script, f.name)
     assert "(default: None)" not in shown.stdout
+    if script in ("eval.py", "translate.py"):  # they decode with the run's saved settings, and say so
+        assert "(default: the run's)" in entries["--beam_size"] and "(preset:" not in entries["--beam_size"]

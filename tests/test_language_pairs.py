@@ -30,7 +30,7 @@ def test_a_language_pair_end_to_end(tmp_path, src_lang, src, tgt_lang, tgt):
     raw, prepro, log = tmp_path / "raw", str(tmp_path / "prepro"), str(tmp_path / "log")
     write_corpus(raw, src_lang, src, tgt_lang, tgt)
     run = run_script("prepro.py", "--data_dir", str(raw), "--prepro_dir", prepro, "--src_lang", src_lang,
-                     "--tgt_lang", tgt_lang)
+                     "--tgt_lang", tgt_lang, "--vocab_size", "400")
     assert run.returncode == 0, run.stderr[-2000:]
     # training takes the pair from the prepro folder, and saves it for eval and translate
     run = run_script("train.py", "--prepro_dir", prepro, "--logdir", log, *TINY)

@@ -72,7 +72,7 @@ def test_prepro_refuses_to_replace_a_folder_of_other_data_without_overwrite(copi
     folder = tmp_path / "p"
     shutil.copytree(prepro, folder)
     other = str(other_corpus(tmp_path / "other"))
-    refused = run_script("prepro.py", "--data_dir", other, "--prepro_dir", str(folder))
+    refused = run_script("prepro.py", "--data_dir", other, "--prepro_dir", str(folder), "--vocab_size", "400")
     assert_one_line_error(refused, rf"{folder} holds a folder made from other data \(data_dir .* -> {other}\); "
                                    r"pass --overwrite")
     assert json.load(open(folder / "meta.json"))["data_dir"] != other  # untouched
@@ -81,7 +81,8 @@ def test_prepro_refuses_to_replace_a_folder_of_other_data_without_overwrite(copi
     assert again.returncode == 0, again.stderr[-2000:]
     # byte for byte the same vocabulary, so the runs trained on it resume on the rebuilt folder
     assert json.load(open(folder / "meta.json"))["bpe_sha256"] == checksum
-    replaced = run_script("prepro.py", "--data_dir", other, "--prepro_dir", str(folder), "--overwrite")
+    replaced = run_script("prepro.py", "--data_dir", other, "--prepro_dir", str(folder), "--vocab_size", "400",
+                          "--overwrite")
     assert replaced.returncode == 0 and json.load(open(folder / "meta.json"))["data_dir"] == other
 
 

@@ -16,6 +16,8 @@ def test_plot_draws_a_history(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "history.png").read_bytes().startswith(PNG)
     assert "4 epochs" in run.stdout
+    again = run_script("plot.py", "--logdir", str(tmp_path), "--output", str(tmp_path / "b.png"))
+    assert again.returncode == 0 and (tmp_path / "b.png").read_bytes().startswith(PNG)
     # a cut-off last line is named with its number
     with open(tmp_path / "history.jsonl", "a") as f:
         f.write('{"epoch": 5, "train_lo')

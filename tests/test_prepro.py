@@ -330,3 +330,21 @@ def test_prepro_misaligned_seg_ids_are_one_line_naming_both_files_and_lines(tmp_
                      "--vocab_size", "40")
     de, en = (re.escape(str(d / f"IWSLT16.TED.tst2013.de-en.{lang}.xml")) for lang in ("de", "en"))
     assert_one_line_error(run, rf"{de}:6: <seg> \('0', '2'\) faces \('0', '7'\) at {en}:6: the files are not aligned")
+
+
+def test_your_own_corpus_asks_for_a_vocabulary_size_and_one_too_small_for_its_characters_says_raise_it(tmp_path):
+    """Without a preset or --vocab_size, prepro.py on another corpus than the sample asks for a size
+    (the sample's 400 pieces are far too few for a real corpus); a text with more distinct characters
+    than pieces is told to raise --vocab_size, with the number of characters."""
+    raw = tmp_path / "raw"
+    kanji = [chr(0x4E00 + i) for i in range(600)]  # 600 distinct characters, 10 a line
+    ja = ["".join(kanji[i:i + 10]) + "。" for i in range(0, 600, 10)]
+    write_parallel(raw, "train", ja, [f"sentence number {i}." for i in range(len(ja))])
+    for split in ("dev", "test"):
+        write_parallel(raw, split, ja[:2], ["one.", "two."])
+    common = ["--data_dir", str(raw), "--prepro_dir", str(tmp_path / "p"), "--src_lang", "de", "--tgt_lang", "en"]
+    assert_one_line_error(run_script("prepro.py", *common), r"raw: your own corpus needs a --vocab_size .*8000")
+    assert_one_line_error(run_script("prepro.py", *common, "--vocab_size", "300"),
+                          r"the training text has \d{3} distinct characters, more than --vocab_size 300 pieces: "
+                          r"raise --vocab_size above \d{3}")
+    assert run_script("prepro.py", *common, "--vocab_size", "8000").returncode == 0

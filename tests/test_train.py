@@ -202,3 +202,15 @@ def test_a_broken_tf_config_is_a_one_line_error(tmp_path):
     run = subprocess.run([sys.executable, "train.py", "--logdir", str(tmp_path / "log"), "--prepro_dir",
                           str(tmp_path / "none")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert_one_line_error(run, r"TF_CONFIG is not a valid cluster description \(.*line 1 column \d+")
+
+
+def test_training_refuses_prepro_settings_and_hides_them_from_help(tmp_path):
+    """--vocab_size, --data_dir, --corpus and the --*_prefix options are prepro.py's: training reads
+    the prepro folder's vocabulary and ids, so it refuses them in one line instead of recording a
+    value it never used; its --help does not list them."""
+    run = run_script("train.py", "--vocab_size", "8000", "--data_dir", "my_corpus", "--logdir", str(tmp_path / "log"))
+    assert_one_line_error(run, r"--data_dir, --vocab_size: prepro.py's settings; training reads .*--prepro_dir")
+    assert not (tmp_path / "log").exists()
+    shown = run_script("train.py", "--help").stdout
+    assert "--prepro_dir" in shown and "--d_model" in shown
+    assert "--vocab_size" not in shown and "--data_dir" not in shown

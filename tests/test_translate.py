@@ -1,7 +1,9 @@
 """translate.py and decoding.translate_lines: your own sentences, long lines, bad input."""
 import re
+import subprocess
+import sys
 
-from conftest import assert_one_line_error, run_script
+from conftest import ROOT, assert_one_line_error, run_script
 
 
 def test_translate_round_trip(quick_start, tmp_path):
@@ -110,3 +112,15 @@ def test_translator_api_matches_the_script(quick_start):
     assert len(beam) == 4 and beam[1] == "" and all(beam[i] for i in (0, 2, 3))
     # the decoding a Translator uses unless told otherwise is a setting, as on the command line
     assert Translator(str(tmp / "log"), beam_size=4).translate(lines) == beam
+
+
+def test_before_training_the_hint_names_the_command_that_trains_this_run(tmp_path):
+    """With --preset given, the train command to run first has it and the --logdir; without, it asks
+    for the preset instead of suggesting the sample preset's."""
+    log = str(tmp_path / "log")
+    run = subprocess.run([sys.executable, "translate.py", "--preset", "multi30k", "--logdir", log], input="Hallo.\n",
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(run, re.escape(f"train first (python train.py --preset multi30k --logdir {log})"))
+    run = run_script("eval.py", "--logdir", log)
+    hint = f"train first (python train.py --preset <the preset to train> --logdir {log})"
+    assert_one_line_error(run, re.escape(hint))
