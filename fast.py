@@ -6,9 +6,6 @@ primitive it replaces; tests/test_fast.py checks each against it. `parts(kernels
 modules.Parts a model is built with (--kernels auto|plain|fast): the model hands them to its
 layers, whose own `call` runs either way. docs/speed.md gives each one's measured gain.
 
-  matmul_transposed       attention logits and output logits as one matmul that reads its second
-                          operand transposed (TensorFlow: `transpose_b`), in the forward and
-                          backward passes, instead of copying a transposed tensor each way
   feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
   dropout                 one random 32-bit integer per two elements (TensorFlow)
   layer_norm              layer normalization with its gradient written out (TensorFlow)
@@ -24,24 +21,6 @@ from keras import ops
 
 import decoding
 import modules
-
-
-# Attention and output logits: a @ b^T without a transposed copy
-
-def matmul_transposed(a, b):
-    """a @ b^T over the last two axes: a (..., M, K), b (..., N, K) or (N, K) -> (..., M, N).
-
-    TensorFlow's matmul reads b transposed itself (`transpose_b`), and so do the kernels of its
-    gradient; `matmul(a, transpose(b))` copies b, and its gradient copies back, once each per call.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return ops.matmul(a, ops.swapaxes(b, -1, -2))
-    import tensorflow as tf
-
-    if len(b.shape) == 2 and len(a.shape) > 2:  # rows against one matrix: one 2-D matmul
-        rows = tf.matmul(tf.reshape(a, (-1, a.shape[-1])), b, transpose_b=True)  # (rows, N)
-        return tf.reshape(rows, tf.concat([tf.shape(a)[:-1], tf.shape(b)[:1]], 0))
-    return tf.matmul(a, b, transpose_b=True)
 
 
 # Feed-forward: a kernel-size-1 convolution is a matmul with its (1, in, out) kernel
@@ -231,10 +210,9 @@ class InPlaceBeamCache:
 
 # Choosing
 
-TENSORFLOW_ONLY = {"matmul_transposed", "dropout", "layer_norm", "adam"}
+TENSORFLOW_ONLY = {"dropout", "layer_norm", "adam"}
 # trick -> (the modules.Parts field it fills, its drop-in)
 DROP_INS = {
-    "matmul_transposed": ("matmul_transposed", matmul_transposed),
     "feed_forward": ("pointwise", pointwise),
     "dropout": ("Dropout", Dropout),
     "layer_norm": ("LayerNormalization", LayerNormalization),

@@ -54,7 +54,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.choices, self.kernels = modules.Choices.of(choices), kernels
         self.parts = parts = fast.parts(kernels)
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=self.choices.embedding_init,
-                                        zero_pad_logit=self.choices.pad_logit == "zero", parts=parts, name="embedding")
+                                        zero_pad_logit=self.choices.pad_logit == "zero", name="embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
         self.source_dropout = parts.Dropout(dropout_rate)

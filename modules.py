@@ -8,11 +8,11 @@ Written with `keras.ops` only, so the same code runs on the TensorFlow, JAX and 
 Layers take plain arguments (no hyperparameter object) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
-The layers are built from a few primitives (a matmul, a kernel-size-1 convolution, dropout, layer
-normalization, the loss, the optimizer: `Parts`, at the end of this file). Each layer takes the
-parts it is built with, plain by default; fast.py has faster ones with the same weights and
-results, which the model hands to its layers when --kernels asks for them. Every forward pass,
-plain or fast, training or decoding, runs the `call` methods written here.
+The layers are built from a few primitives (a kernel-size-1 convolution, dropout, layer
+normalization, the loss, the optimizer, beam search's cache layout: `Parts`, at the end of this
+file). Each layer takes the parts it is built with, plain by default; fast.py has faster ones with
+the same weights and results, which the model hands to its layers when --kernels asks for them.
+Every forward pass, plain or fast, training or decoding, runs the `call` methods written here.
 
 Shape letters: N batch, T1 source length, T2 target length, T any length, L cache length, h heads,
 d d_model, d_k d_model/h, f d_ff, V vocabulary.
@@ -108,15 +108,12 @@ class TokenEmbedding(keras.layers.Layer):
       zero_pad_logit: the <pad> row is zero in the output projection too, so the <pad> logit is
         always 0, as in the reference (whose matrix has a constant zero row); otherwise that row
         is trained through the output projection alone.
-      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, parts=None,
-                 **kwargs):
+    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
         self.initializer, self.zero_pad_logit = initializer, zero_pad_logit
-        self.parts = parts or PLAIN
 
     def build(self, input_shape=None):
         initializer = (keras.initializers.GlorotUniform() if self.initializer == "xavier"
@@ -144,7 +141,7 @@ class TokenEmbedding(keras.layers.Layer):
         matmul in x's dtype). With rows (V',) int ids, only those rows of the matrix: logits
         (N, T, V') over those ids, in their order."""
         w = self.output_matrix(rows)  # (V or V', d)
-        logits = self.parts.matmul_transposed(x, ops.cast(w, x.dtype))  # (N, T, V or V')
+        logits = matmul_transposed(x, ops.cast(w, x.dtype))  # (N, T, V or V')
         return ops.cast(logits, "float32")  # (N, T, V or V')
 
     def get_config(self):
@@ -180,7 +177,7 @@ def attention_bias(attention_mask, causal, query_length, key_length):
     return ops.where(allowed, ops.zeros((), "float32"), ops.full((), NEG_INF, "float32"))
 
 
-def attention_weights(q, k, bias=None, matmul_transposed=matmul_transposed):
+def attention_weights(q, k, bias=None):
     """softmax(Q K^T / sqrt(d_k) + bias): how much each query attends to each key (section 3.2.1).
 
     The product runs in the inputs' dtype; the scaling, the bias and the softmax in float32 (under
@@ -189,7 +186,6 @@ def attention_weights(q, k, bias=None, matmul_transposed=matmul_transposed):
     Args:
       q: (N, h, Tq, d_k) queries; k: (N, h, Tk, d_k) keys.
       bias: additive float32 mask broadcastable to (N, h, Tq, Tk), or None.
-      matmul_transposed: how Q K^T is computed (Parts.matmul_transposed).
 
     Returns:
       (N, h, Tq, Tk) float32, each row summing to 1.
@@ -201,20 +197,18 @@ def attention_weights(q, k, bias=None, matmul_transposed=matmul_transposed):
     return ops.softmax(scores, axis=-1)  # (N, h, Tq, Tk)
 
 
-def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None,
-                                 matmul_transposed=matmul_transposed):
+def scaled_dot_product_attention(q, k, v, bias=None, dropout=None, training=None):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for every head at once (section 3.2.1).
 
     Args:
       q: (N, h, Tq, d_k) queries; k, v: (N, h, Tk, d_k) keys and values.
       bias: additive float32 mask broadcastable to (N, h, Tq, Tk), or None.
       dropout: a Dropout layer for the attention weights, or None.
-      matmul_transposed: how Q K^T is computed (Parts.matmul_transposed).
 
     Returns:
       (N, h, Tq, d_k) outputs, and the attention weights (N, h, Tq, Tk) float32 (before dropout).
     """
-    weights = attention_weights(q, k, bias, matmul_transposed)  # (N, h, Tq, Tk)
+    weights = attention_weights(q, k, bias)  # (N, h, Tq, Tk)
     dropped = ops.cast(weights, v.dtype)  # (N, h, Tq, Tk)
     if dropout is not None:
         dropped = dropout(dropped, training=training)  # (N, h, Tq, Tk)
@@ -319,8 +313,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # 2. the masks as one additive bias
         bias = attention_bias(attention_mask, causal, ops.shape(q)[2], ops.shape(k)[2])
         # 3. attend in every head, concatenate the heads, project
-        heads, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout, training,
-                                                      self.parts.matmul_transposed)  # (N, h, Tq, d_k)
+        heads, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout, training)  # (N, h, Tq, d_k)
         out = self.output(heads)  # (N, Tq, d)
         returned = (out,) + (() if cache is None else (cache,)) + ((weights,) if return_attention_scores else ())
         return returned[0] if len(returned) == 1 else returned
@@ -649,7 +642,6 @@ class Parts:
     builds a Parts with faster drop-ins for some (same weights, same results within rounding);
     the model hands its Parts to every layer when it is built (--kernels)."""
 
-    matmul_transposed: Callable = matmul_transposed  # a @ b^T: output logits (3.4), attention logits (3.2.1)
     pointwise: Callable = pointwise  # a kernel-size-1 convolution (3.3)
     Dropout: type = keras.layers.Dropout  # (5.4)
     LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)

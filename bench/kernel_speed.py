@@ -30,7 +30,7 @@ import devices  # noqa: E402
 import hyperparams  # noqa: E402
 from utils import run_cli, section  # noqa: E402
 
-TRAINING = ("matmul_transposed", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
+TRAINING = ("feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
 DECODING = ("beam_cache",)
 
 

@@ -30,7 +30,7 @@ def test_kernels_name_their_tricks_and_parts_hold_them():
     assert fast.parts("plain") == modules.PLAIN == modules.Parts()
     chosen = fast.parts("feed_forward, beam_cache")
     assert chosen.pointwise is fast.pointwise and chosen.beam_cache is fast.InPlaceBeamCache
-    assert chosen.Dropout is keras.layers.Dropout and chosen.matmul_transposed is modules.matmul_transposed
+    assert chosen.Dropout is keras.layers.Dropout
 
 
 def test_two_models_with_different_kernels_live_in_one_process():
@@ -47,15 +47,6 @@ def test_two_models_with_different_kernels_live_in_one_process():
     assert norm is (fast.LayerNormalization if TENSORFLOW else keras.layers.LayerNormalization)
     assert type(plain_model.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
     assert type(plain_model.source_dropout) is keras.layers.Dropout
-
-
-def test_matmul_transposed_is_a_times_b_transposed():
-    a4, b4 = rand(N, H, T2, D), rand(N, H, T1, D, seed=1)  # attention logits' shapes
-    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_transposed(a4, b4)),
-                               a4 @ b4.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
-    a3, w = rand(N, T2, D), rand(V, D, seed=2)  # the output projection's
-    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_transposed(a3, w)), a3 @ w.T,
-                               rtol=1e-5, atol=1e-5)
 
 
 def model_and_gradients(kernels, weights=None):
@@ -79,7 +70,7 @@ def model_and_gradients(kernels, weights=None):
     return m, ops.convert_to_numpy(logits), [ops.convert_to_numpy(tf.convert_to_tensor(g)) for g in grads]
 
 
-@pytest.mark.parametrize("kernels", ["matmul_transposed", "feed_forward", "layer_norm", "cross_entropy", "fast"])
+@pytest.mark.parametrize("kernels", ["feed_forward", "layer_norm", "cross_entropy", "fast"])
 def test_each_drop_in_gives_the_plain_models_values_and_gradients(kernels):
     """The model with one trick (or all of them), on the plain model's weights: the same logits and
     the same gradient of the loss for every weight, within float32 rounding."""
