@@ -11,7 +11,7 @@ JAPANESE = ["男性が自転車に乗っている。", "女性が本を読んで
 FRENCH = ["Un homme fait du vélo.", "La femme lit un livre.", "L'enfant joue dans le parc.",
           "Deux chiens courent sur la plage.", "Une fille boit de l'eau.", "Le professeur ouvre la fenêtre."]
 TINY = ["--num_epochs", "2", "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2",
-        "--vocab_size", "200", "--save_every_steps", "0"]
+        "--save_every_steps", "0"]
 
 
 def write_corpus(directory, src_lang, src, tgt_lang, tgt):
