@@ -18,7 +18,8 @@ from pictures import draw_attention
 from runs import Translator, attention_maps
 from utils import UserError, run_cli
 
-SETTINGS = ("prepro_dir", "model", "devices", "beam_size", "alpha", "logdir")
+# The settings attention.py reads (--help shows these): the rest come from <logdir>/hparams.json.
+SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha")
 
 
 def main(argv=None):

@@ -22,9 +22,8 @@ from scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from utils import check_writable, run_cli, section
 
 
-# The settings eval.py uses (--help shows these): the rest come from <logdir>/hparams.json; a model
-# setting given must match the checkpoint's.
-SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "devices", "evaluation", "logdir")
+# The settings eval.py reads (--help shows these): the rest come from <logdir>/hparams.json.
+SETTINGS = (*hyperparams.DECODING, "src_lang", "tgt_lang", "eval_tokens_per_batch", "beam_size", "alpha")
 
 
 def decoding_name(beam_size, alpha):

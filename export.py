@@ -36,7 +36,8 @@ from runs import Translator
 from serving import export_ctranslate2, export_saved_model
 from utils import UserError, run_cli
 
-SETTINGS = ("prepro_dir", "model", "logdir")
+# The settings export.py reads (--help shows these): the rest come from <logdir>/hparams.json.
+SETTINGS = hyperparams.DECODING
 FORMATS = ("saved_model", "ctranslate2")
 
 

@@ -222,6 +222,10 @@ PRESETS = {
 # Fields that fix the shape of the weights or what the model outputs: a checkpoint only loads into a
 # model with the same ones.
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["model"])
+# The settings of every script that decodes a trained run (eval, translate, attention, export): where
+# the run and its data are, the model's shape (given, it must match the checkpoint's) and the kernels
+# to decode with; the rest are the run's (hparams.json), and training's are refused.
+DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels")
 # Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
 # its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
 # checkpoint means. train.py records each change with its step in hparams.json. The optimizer's
@@ -328,11 +332,15 @@ def build_parser(description, preset_name="sample", show=None, from_run=False):
                         help="the run of this preset (its --logdir)" if from_run else
                         "settings to start from (values shown below: this preset's); --<name> value "
                         "overrides any of them")
-    names = None
-    if show is not None:
-        names = [f.name for f in dataclasses.fields(Hparams) if f.name in show or f.metadata["group"] in show]
-    add_field_options(parser, defaults, names, from_run=from_run)
+    add_field_options(parser, defaults, shown_fields(show), from_run=from_run)
     return parser
+
+
+def shown_fields(show):
+    """The Hparams fields that `show` (groups and single fields) names; None: all of them."""
+    if show is None:
+        return None
+    return [f.name for f in dataclasses.fields(Hparams) if f.name in show or f.metadata["group"] in show]
 
 
 def add_field_options(parser, defaults, names=None, accept_others=True, from_run=False):
@@ -364,15 +372,17 @@ def given_fields(args, names=None):
     return {name: getattr(args, name) for name in (names or field_names()) if hasattr(args, name)}
 
 
-def parse_args(description, argv=None, add_arguments=None, show=None, from_run=False):
+def parse_args(description, argv=None, add_arguments=None, show=None, from_run=False, unread=None):
     """Parse `--preset P --name value ...`.
 
     Args:
       description: the script's --help text.
       argv: arguments (default sys.argv[1:]).
       add_arguments: optional callable(parser) adding the script's own options.
-      show: the settings the script uses (build_parser); None: all.
+      show: the settings the script uses (build_parser); None: all. A setting outside them is
+        refused with one line (UserError) rather than accepted and ignored.
       from_run: the script works with a trained run's saved settings (--help says so).
+      unread: what that one line tells the user to do instead (default: a word on --help).
 
     Returns:
       (hp, args, overrides): resolved and validated Hparams, the argparse namespace (its
@@ -389,6 +399,13 @@ def parse_args(description, argv=None, add_arguments=None, show=None, from_run=F
     args = parser.parse_args(argv)
     args.preset_given = args.preset if any(a == "--preset" or a.startswith("--preset=") for a in argv) else None
     overrides = given_fields(args)
+    read = shown_fields(show)
+    ignored = [f"--{name}" for name in overrides if read is not None and name not in read]
+    if ignored:
+        script = os.path.basename(parser.prog)
+        default = ("it decodes with the run's saved settings, so training's do not apply" if from_run
+                   else f"{script} --help lists the settings it reads")
+        raise UserError(f"{', '.join(ignored)}: not read by {script}; {unread or default}")
     hp = dataclasses.replace(preset(args.preset), **overrides)
     return validate(hp), args, overrides
 
@@ -435,6 +452,9 @@ def load_hparams(logdir, preset=None):
     unknown = sorted(set(saved) - set(field_names()))
     if unknown:
         raise UserError(f"{path}: unknown settings {', '.join(unknown)}; was it written by another version?")
+    # The run is where its hparams.json is: a folder that was moved or copied, or saved with a path
+    # relative to another working directory, is found where it was read.
+    saved["logdir"] = logdir
     return Hparams(**{**dataclasses.asdict(Hparams()), **SAVED_BEFORE, **saved})
 
 

@@ -400,16 +400,14 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
 
 # The settings train.py uses (--help shows these): all but prepro.py's, which the prepro folder fixes.
 SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "training", "devices", "evaluation", "run")
-PREPRO_ONLY = ("corpus", "data_dir", "train_prefix", "dev_prefix", "test_prefix", "vocab_size")
 
 
 def main(argv=None):
     started = time.time()
-    hp, _, given = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, show=SETTINGS)
-    ignored = [f"--{name}" for name in PREPRO_ONLY if name in given]
-    if ignored:
-        raise UserError(f"{', '.join(ignored)}: prepro.py's settings; training reads the vocabulary and ids of "
-                        f"--prepro_dir ({hp.prepro_dir}): drop them here, or run prepro.py with them first")
+    hp, _, given = hyperparams.parse_args(
+        __doc__.split("\n\n")[0], argv, show=SETTINGS,
+        unread="they are prepro.py's: training reads the vocabulary and ids of --prepro_dir; drop them "
+               "here, or run prepro.py with them first")
     import keras
 
     section("Settings")

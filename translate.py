@@ -28,7 +28,7 @@ from utils import UserError, atomic_write, run_cli
 
 
 # The settings translate.py uses (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = ("prepro_dir", "model", "devices", "eval_tokens_per_batch", "beam_size", "alpha", "logdir")
+SETTINGS = (*hyperparams.DECODING, "eval_tokens_per_batch", "beam_size", "alpha")
 
 
 def decode_lines(data, name, first_line=1):
