@@ -1,8 +1,10 @@
 """Shared fixtures: the project root on sys.path, small corpora written by the tests themselves."""
 import os
+import pathlib
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 
@@ -88,11 +90,37 @@ def copy_model():
 
 
 @pytest.fixture(scope="session")
-def quick_start(tmp_path_factory):
-    """The README's quick start, with its outputs in a temporary folder."""
-    tmp = tmp_path_factory.mktemp("quick_start")
-    dirs = ["--prepro_dir", str(tmp / "prepro"), "--logdir", str(tmp / "log")]
-    runs = [run_script("prepro.py", "--preset", "sample", *dirs),
-            run_script("train.py", "--preset", "sample", *dirs),
-            run_script("eval.py", "--preset", "sample", *dirs)]
-    return tmp, dirs, runs
+def checkouts(tmp_path_factory):
+    """checkout(document): the scratch checkout where that document's commands run
+    (tests/docs_commands.py); a page of docs/ starts once the README's commands have all run."""
+    import docs_commands
+    made, ran = {}, {}
+
+    def checkout(document):
+        if document not in made:
+            start = docs_commands.start_of(document)
+            source = checkout("README.md").run_all().path if start else None
+            made[document] = docs_commands.Checkout(tmp_path_factory.mktemp("checkout"), document,
+                                                    [(source, folder) for folder in start], ran)
+        return made[document]
+    return checkout
+
+
+class QuickStart(typing.NamedTuple):
+    root: pathlib.Path  # the checkout it ran in (the paths it prints are relative to it)
+    prepro: pathlib.Path  # the folders it made
+    log: pathlib.Path
+    dirs: list  # --prepro_dir and --logdir for another script
+    runs: list  # prepro, train, eval: CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def quick_start(checkouts):
+    """The README's quick start (the sample preset: prepro, train, eval), run as typed in a scratch
+    checkout; the other tests use the model it trains."""
+    import docs_commands
+    readme = checkouts("README.md")
+    runs = [run for _, run in readme.run(docs_commands.quick_start_block())]
+    prepro, log = pathlib.Path(readme.path, "prepro", "sample"), pathlib.Path(readme.path, "log", "sample")
+    return QuickStart(pathlib.Path(readme.path), prepro, log, ["--prepro_dir", str(prepro), "--logdir", str(log)],
+                      runs)

@@ -8,8 +8,7 @@ from conftest import run_script
 
 
 def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
-    tmp, _, _ = quick_start
-    prepro_dir = str(tmp / "prepro")
+    prepro_dir = str(quick_start.prepro)
     train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
                        "--yardsticks", "none", "--d_ff", "96")
     assert train.returncode == 0, train.stderr[-2000:]

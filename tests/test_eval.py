@@ -9,7 +9,7 @@ from conftest import SHARED, assert_one_line_error, run_script
 
 
 def test_eval_errors_are_one_line(quick_start, tmp_path):
-    tmp, dirs, _ = quick_start
+    dirs = quick_start.dirs
     os.makedirs(tmp_path / "empty")
     import hyperparams
     hyperparams.save_hparams(hyperparams.preset("sample"), str(tmp_path / "empty"))
@@ -42,7 +42,7 @@ def test_reference_outputs_score_as_published():
 
 
 def test_eval_beam_search_and_checkpoint_averaging(quick_start):
-    tmp, dirs, _ = quick_start
+    dirs = quick_start.dirs
     run = run_script("eval.py", *dirs, "--beam_size", "4", "--average_last", "3")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "mean of the newest 3" in run.stdout
@@ -57,8 +57,7 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
     import checkpoints
     import eval as evaluation
     import hyperparams
-    tmp, _, _ = quick_start
-    hp = hyperparams.load_hparams(str(tmp / "log"))
+    hp = hyperparams.load_hparams(str(quick_start.log))
     model, _, name = evaluation.load_trained(hp, average_last=3)
     paths = [path for _, path in checkpoints.epoch_checkpoints(hp.logdir)[-3:]]
     each = [checkpoints.load(path, hp).get_weights() for path in paths]
@@ -71,9 +70,9 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
 
 
 def test_a_damaged_checkpoint_is_a_one_line_error(quick_start, tmp_path):
-    tmp, dirs, _ = quick_start
-    newest = sorted(os.listdir(tmp / "log" / "ckpt"))[-1]
-    data = (tmp / "log" / "ckpt" / newest).read_bytes()
+    dirs = quick_start.dirs
+    newest = sorted(os.listdir(quick_start.log / "ckpt"))[-1]
+    data = (quick_start.log / "ckpt" / newest).read_bytes()
     damaged = tmp_path / "damaged.keras"
     damaged.write_bytes(data[:len(data) // 2])
     run = run_script("eval.py", *dirs, "--ckpt", str(damaged))
@@ -84,9 +83,8 @@ def test_an_id_beyond_the_vocabulary_is_a_one_line_error(quick_start, tmp_path):
     import shutil
 
     import numpy as np
-    tmp, _, _ = quick_start
     prepro_dir = tmp_path / "prepro"
-    shutil.copytree(tmp / "prepro", prepro_dir)
+    shutil.copytree(quick_start.prepro, prepro_dir)
     vocab_size = json.loads((prepro_dir / "meta.json").read_text())["vocab_size"]
     with np.load(prepro_dir / "train.npz") as z:
         arrays = {k: z[k] for k in z.files}
@@ -114,10 +112,8 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
     import data_load
     import decoding
     import eval as evaluation
-
-    tmp, _, _ = quick_start
     prepro = tmp_path / "prepro"
-    shutil.copytree(tmp / "prepro", prepro)
+    shutil.copytree(quick_start.prepro, prepro)
     sp = data_load.load_vocab(str(prepro))
     train = data_load.load_text(str(prepro), "train", "de")
     long, i = "", 0
@@ -131,11 +127,12 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
     plain = decoding.translate
     monkeypatch.setattr(decoding, "translate", lambda model, sp, seqs, *a, **k: lengths.extend(map(len, seqs))
                         or plain(model, sp, seqs, *a, **k))
-    evaluation.main(["--preset", "sample", "--prepro_dir", str(prepro), "--logdir", str(tmp / "log"),
+    evaluation.main(["--preset", "sample", "--prepro_dir", str(prepro), "--logdir", str(quick_start.log),
                      "--split", "dev"])
     assert len(lengths) == 50 and max(lengths) == len(sp.encode(long)) >= 150
     assert "pieces" not in capsys.readouterr().err
-    cut = decoding.translate_lines(evaluation.load_trained(evaluation.hyperparams.load_hparams(str(tmp / "log")))[0],
+    trained = evaluation.load_trained(evaluation.hyperparams.load_hparams(str(quick_start.log)))[0]
+    cut = decoding.translate_lines(trained,
                                    sp, [long], 50, 4096, source="x")
     assert len(lengths) > 51 and "translated in" in capsys.readouterr().err and cut[0]
 

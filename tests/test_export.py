@@ -44,8 +44,8 @@ def outside(script, args, lines, tmp_path):
 @pytest.fixture(scope="module")
 def sample_lines(quick_start):
     """The sample test sentences and translate.py's greedy translations of them."""
-    tmp, dirs, _ = quick_start
-    lines = (tmp / "prepro" / "test.de").read_text(encoding="utf-8").splitlines()
+    dirs = quick_start.dirs
+    lines = (quick_start.prepro / "test.de").read_text(encoding="utf-8").splitlines()
     run = subprocess.run([sys.executable, "translate.py", *dirs], input="".join(x + "\n" for x in lines),
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -62,7 +62,7 @@ def agreement(got, expected):
 
 
 def test_saved_model_translates_as_translate_py(quick_start, sample_lines, tmp_path):
-    _, dirs, _ = quick_start
+    dirs = quick_start.dirs
     lines, expected = sample_lines
     run = run_script("export.py", *dirs, "--format", "saved_model", "--output", str(tmp_path / "sm"))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -75,7 +75,7 @@ def test_saved_model_translates_as_translate_py(quick_start, sample_lines, tmp_p
 
 
 def test_ctranslate2_translates_as_translate_py(quick_start, sample_lines, tmp_path):
-    _, dirs, _ = quick_start
+    dirs = quick_start.dirs
     lines, expected = sample_lines
     for name, extra in (("ct2", []), ("ct2-int8", ["--quantization", "int8"])):
         run = run_script("export.py", *dirs, "--format", "ctranslate2", "--output", str(tmp_path / name), *extra)

@@ -18,9 +18,8 @@ from conftest import ROOT, assert_one_line_error, run_script
 def copied(quick_start, tmp_path):
     """A copy of the quick start's log directory (its hparams.json still names the original prepro
     folder), and the original prepro folder."""
-    tmp, _, _ = quick_start
-    shutil.copytree(tmp / "log", tmp_path / "log")
-    return tmp_path / "log", tmp / "prepro"
+    shutil.copytree(quick_start.log, tmp_path / "log")
+    return tmp_path / "log", quick_start.prepro
 
 
 def translate(logdir, *args, text="Ein Mann fährt Fahrrad.\nDie Frau trinkt Kaffee.\n"):
@@ -103,10 +102,15 @@ def test_one_training_run_per_log_directory_and_sigkill_leaves_no_stale_lock(tmp
     lock_directory(str(tmp_path / "log")).close()  # the kernel released it
 
 
-def test_resuming_keeps_the_runs_settings_and_records_allowed_changes(copied):
-    logdir, prepro = copied
+def test_resuming_keeps_the_runs_settings_and_records_allowed_changes(copied, quick_start):
+    logdir, _ = copied
     saved = (logdir / "hparams.json").read_bytes()
-    dirs = ("--logdir", str(logdir), "--prepro_dir", str(prepro))
+    # the prepro folder as the run saved it (relative to the checkout the quick start ran in)
+    dirs = ("--logdir", str(logdir), "--prepro_dir", json.loads(saved)["prepro_dir"])
+
+    def run_script(*args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, args[0]), *args[1:]], cwd=quick_start.root,
+                              capture_output=True, text=True, timeout=600)
     changed = run_script("train.py", *dirs, "--seed", "7", "--lr", "0.01", "--dropout_rate", "0.3")
     assert_one_line_error(changed, r"trained with other settings \(dropout_rate 0.1 -> 0.3, seed 1234 -> 7\); "
                                    r"a resumed run keeps them")
@@ -187,8 +191,7 @@ def small_disk(tmp_path):
 
 
 def test_training_on_a_full_disk_is_one_line_and_keeps_only_whole_files(quick_start, small_disk):
-    _, _, _ = quick_start
-    prepro = quick_start[0] / "prepro"
+    prepro = quick_start.prepro
     run = run_script("train.py", "--logdir", str(small_disk / "log"), "--prepro_dir", str(prepro), "--num_epochs", "2",
                      "--save_every_steps", "0", "--eval_sentences", "2")
     assert_one_line_error(run, r"No space left on device; free some space there or choose another directory")

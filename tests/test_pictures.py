@@ -26,17 +26,16 @@ def test_plot_draws_a_history(tmp_path):
 
 
 def test_training_draws_its_history(quick_start):
-    tmp, _, runs = quick_start
+    runs = quick_start.runs
     assert runs[1].returncode == 0, runs[1].stderr[-2000:]
-    assert (tmp / "log" / "history.png").read_bytes().startswith(PNG)
+    assert (quick_start.log / "history.png").read_bytes().startswith(PNG)
 
 
 def test_attention_maps_are_the_models_weights(quick_start):
     """Every layer and head of the cross-attention: rows sum to 1, one row per output piece, one
     column per source piece."""
     from runs import Translator, attention_maps
-    tmp, _, _ = quick_start
-    translator = Translator(str(tmp / "log"))
+    translator = Translator(str(quick_start.log))
     source, output, translation, maps = attention_maps(translator, "Ein Mann fährt Fahrrad.", encoder=True)
     m = translator.model
     assert len(maps) == 2 * len(m.decoder_blocks)
@@ -49,7 +48,7 @@ def test_attention_maps_are_the_models_weights(quick_start):
 
 
 def test_attention_script_writes_a_png(quick_start, tmp_path):
-    _, dirs, _ = quick_start
+    dirs = quick_start.dirs
     run = run_script("attention.py", *dirs, "--output", str(tmp_path / "a.png"), "Ein Mann fährt Fahrrad.")
     assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "a.png").read_bytes().startswith(PNG)

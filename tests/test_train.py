@@ -150,44 +150,47 @@ def tensorboard_tags(folder):
 
 
 def test_quick_start_end_to_end(quick_start):
-    tmp, _, (prepro, train, evaluation) = quick_start
+    prepro, train, evaluation = quick_start.runs
     for run in (prepro, train, evaluation):
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "split train: 500 pairs" in prepro.stdout
-    history = [json.loads(line) for line in open(tmp / "log" / "history.jsonl")]
+    history = [json.loads(line) for line in open(quick_start.log / "history.jsonl")]
     assert [h["epoch"] for h in history] == list(range(1, 31))
     assert history[-1]["train_loss"] < history[0]["train_loss"] - 2
     assert history[-1]["dev_bleu"] > 20  # the sample is learnable: a broken model stays near 0
-    ckpts = os.listdir(tmp / "log" / "ckpt")
+    ckpts = os.listdir(quick_start.log / "ckpt")
     assert len(ckpts) == 5 and all(re.fullmatch(r"E\d\dL\d+\.\d\dB\d+\.\d\d\.keras", c) for c in ckpts)
     # B is the dev BLEU the reference's way (multi-bleu.perl), as in its iwslt2016_E19L2.64B28.06
     for h in history[-5:]:
         name = f"E{h['epoch']:02d}L{h['train_loss']:.2f}B{h['dev_bleu_reference']:.2f}"
         assert name + ".keras" in ckpts
-        lines = open(tmp / "log" / "eval" / name, encoding="utf-8").read().splitlines()
+        lines = open(quick_start.log / "eval" / name, encoding="utf-8").read().splitlines()
         assert len(lines) == 51 and re.fullmatch(rf"BLEU = {h['dev_bleu_reference']:.2f}, [\d./]+ "
                                                  r"\(BP=[\d.]+, ration=[\d.]+\)", lines[-1])
     assert history[-1]["dev_bleu_reference"] != pytest.approx(history[-1]["dev_bleu"], abs=0.01)
-    specs = open(tmp / "log" / "specs", encoding="utf-8").read().splitlines()
+    specs = open(quick_start.log / "specs", encoding="utf-8").read().splitlines()
     assert specs[0].startswith("num_params: ") and any("embeddings===(400, 64)" in line for line in specs)
-    tags = tensorboard_tags(tmp / "log" / "tensorboard")
+    tags = tensorboard_tags(quick_start.log / "tensorboard")
     assert {"step/loss", "step/lr", "dev_bleu", "dev_bleu_reference", "dev/0", "dev/2"} <= tags
     last = evaluation.stdout.strip().splitlines()[-2:]
     assert last[0].startswith("BLEU test sacreBLEU = ") and "tok:13a" in last[0]
     assert last[1].startswith("BLEU test reference's way (multi-bleu, whitespace tokens) = ")
     written = re.search(r"wrote \d+ translations to (\S+)", evaluation.stdout).group(1)  # other tests add more
-    text = open(written, encoding="utf-8").read()
+    text = open(quick_start.root / written, encoding="utf-8").read()
     assert text.count("- source: ") == text.count("- got: ") == 50
     assert text.rstrip().splitlines()[-2:] == last  # the scores end the results file
 
 
-def test_training_resumes_from_the_newest_checkpoint(quick_start):
-    tmp, dirs, _ = quick_start
-    step = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])["step"]
+def test_training_resumes_from_the_newest_checkpoint(quick_start, tmp_path):
+    import shutil
+    log = tmp_path / "log"  # a copy: the other tests keep the quick start's 30 epochs
+    shutil.copytree(quick_start.log, log)
+    dirs = ["--prepro_dir", str(quick_start.prepro), "--logdir", str(log)]
+    step = json.loads(open(log / "history.jsonl").readlines()[-1])["step"]
     again = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
     assert again.returncode == 0, again.stderr[-3000:]
     assert re.search(rf"resuming from .*E30L.*\.keras: epoch 30 done, step {step}\b", again.stdout)
-    last = json.loads(open(tmp / "log" / "history.jsonl").readlines()[-1])
+    last = json.loads(open(log / "history.jsonl").readlines()[-1])
     assert last["epoch"] == 31 and last["step"] > step
     done = run_script("train.py", "--preset", "sample", *dirs, "--num_epochs", "31")
     assert done.returncode == 0 and "nothing to do" in done.stdout
@@ -209,7 +212,8 @@ def test_training_refuses_prepro_settings_and_hides_them_from_help(tmp_path):
     the prepro folder's vocabulary and ids, so it refuses them in one line instead of recording a
     value it never used; its --help does not list them."""
     run = run_script("train.py", "--vocab_size", "8000", "--data_dir", "my_corpus", "--logdir", str(tmp_path / "log"))
-    assert_one_line_error(run, r"--data_dir, --vocab_size: prepro.py's settings; training reads .*--prepro_dir")
+    assert_one_line_error(run, r"--data_dir, --vocab_size: not read by train.py; they are prepro.py's: "
+                               r"training reads .*--prepro_dir")
     assert not (tmp_path / "log").exists()
     shown = run_script("train.py", "--help").stdout
     assert "--prepro_dir" in shown and "--d_model" in shown

@@ -12,7 +12,7 @@ def test_translate_round_trip(quick_start, tmp_path):
     import sys
 
     from conftest import ROOT
-    tmp, dirs, _ = quick_start
+    dirs = quick_start.dirs
     text = "Ein Mann fährt Fahrrad.\n\nDie Frau trinkt Kaffee.\n"
     run = subprocess.run([sys.executable, "translate.py", *dirs], input=text, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
@@ -36,7 +36,7 @@ def test_split_long_keeps_every_token(quick_start):
     import sentencepiece as spm
 
     import decoding
-    sp = spm.SentencePieceProcessor(model_file=str(quick_start[0] / "prepro" / "bpe.model"))
+    sp = spm.SentencePieceProcessor(model_file=str(quick_start.prepro / "bpe.model"))
     text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
     pieces = decoding.split_long(sp, text.strip(), 12)
     assert all(len(p) <= 12 for p in pieces)
@@ -45,7 +45,7 @@ def test_split_long_keeps_every_token(quick_start):
 
 def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""
-    tmp, dirs, _ = quick_start
+    dirs = quick_start.dirs
     long_line = "Der Hund schläft im Garten, und die Katze spielt mit einem Ball. " * 300  # ~6000 tokens
     (tmp_path / "long.de").write_text("Ein Mann fährt Fahrrad.\n" + (long_line + "\n") * 5, encoding="utf-8")
     measure = ("import runpy, sys, utils; sys.argv = ['translate.py'] + sys.argv[1:]\n"
@@ -66,7 +66,7 @@ def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start)
     import sys
 
     from conftest import ROOT
-    _, dirs, _ = quick_start
+    dirs = quick_start.dirs
     run = subprocess.run([sys.executable, "translate.py", *dirs], input=b"Ein Hund.\nZwei \xff Katzen.\n", cwd=ROOT,
                          capture_output=True, timeout=300)
     run.stderr = run.stderr.decode("utf-8")
@@ -82,7 +82,7 @@ def test_translate_from_a_pipe_says_nothing_on_stderr(quick_start):
     import sys
 
     from conftest import ROOT
-    _, dirs, _ = quick_start
+    dirs = quick_start.dirs
     quiet = subprocess.run([sys.executable, "translate.py", *dirs], input="Ein Mann fährt Fahrrad.\n", cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and quiet.stdout.strip() and quiet.stderr == "", quiet.stderr
@@ -98,9 +98,9 @@ def test_translator_api_matches_the_script(quick_start):
 
     from conftest import ROOT
     from runs import Translator
-    tmp, dirs, _ = quick_start
+    dirs = quick_start.dirs
     lines = ["Ein Mann fährt Fahrrad.", "", "Die  Frau\ttrinkt Kaffee.", "Das Kind spielt im Park."]
-    translator = Translator(str(tmp / "log"))
+    translator = Translator(str(quick_start.log))
     got = translator.translate(lines)
     assert len(got) == 4 and got[1] == "" and all(got[i] for i in (0, 2, 3))
     assert translator.translate(lines[0]) == got[0]  # one sentence in, one string out
@@ -111,7 +111,7 @@ def test_translator_api_matches_the_script(quick_start):
     beam = translator.translate(lines, beam_size=4)
     assert len(beam) == 4 and beam[1] == "" and all(beam[i] for i in (0, 2, 3))
     # the decoding a Translator uses unless told otherwise is a setting, as on the command line
-    assert Translator(str(tmp / "log"), beam_size=4).translate(lines) == beam
+    assert Translator(str(quick_start.log), beam_size=4).translate(lines) == beam
 
 
 def test_before_training_the_hint_names_the_command_that_trains_this_run(tmp_path):

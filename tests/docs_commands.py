@@ -1,0 +1,240 @@
+"""The documents' commands, read and run as a user would type them (tests/test_docs_commands.py).
+
+Every fenced ```bash and ```python block of README.md, PORTING.md and docs/*.md is a list of
+commands. Each page runs in its own scratch checkout (a temporary folder with the project's
+scripts, bench/ and corpora/ linked in, so relative paths such as prepro/multi30k, log/en-fr and
+exported/ land there as they would in a clone), its blocks in order; the README first, and a page
+of docs/ starts with what the README's commands made (STARTS_FROM). A command fails on a non-zero
+exit status (an option a script does not accept is one) or a traceback.
+
+What changes before a command runs (SUBSTITUTIONS, each written down where it is applied):
+- `.venv/bin/python` and `python` are this interpreter (the suite runs in that environment);
+- the user's files are the sample corpus (corpora/sample) under the names a recipe expects:
+  data/multi30k in Multi30k's file names, data/iwslt2016 in the IWSLT release's format,
+  my_corpus as en/fr (the sample's German stands in for French), de.txt the sample test sentences;
+  my_ja_en is a Japanese-English corpus written here with thousands of distinct characters;
+- `--download` is dropped: data/<preset> already holds the files (these machines have no network);
+- every train.py but the quick start's trains one epoch of a tiny model
+  (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), and a benchmark measures
+  two steps of that model; the quick start runs exactly as typed (the other tests use its model);
+- a command that the pages repeat word for word runs once (Checkout.run_command).
+
+What is not run, and why: SKIPPED (by the command's first words) and blocks under an "Archive"
+heading (the code of their own commit, which is the rule that heading states).
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCUMENTS = ["README.md", "PORTING.md", *sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
+                                  if n.endswith(".md"))]
+LANGUAGES = {"bash": "shell", "sh": "shell", "shell": "shell", "console": "shell", "python": "python"}
+TINY_MODEL = ["--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
+ADDED = {  # script: what is appended to its command line (beside the quick start)
+    "train.py": ["--num_epochs", "1", *TINY_MODEL],
+    "bench/train_speed.py": ["--steps", "2", "--yardsticks", "none", "--reference_shaped", "0", *TINY_MODEL],
+}
+SKIPPED = {  # a command's first words: why it is not run here
+    "bash demo.sh": "installs the environment from nothing; its three commands are the quick start's "
+                    "(checked equal to README's quick-start block)",
+    ".venv/bin/python -m pytest": "the test suite itself (.ci/run runs exactly this command: checked)",
+    "export TF_CONFIG=": "training across two machines needs the two machines",
+}
+QUICK_START = ("README.md", "Quick start")  # the block the other tests take their trained model from
+
+
+class Block:
+    def __init__(self, document, line, heading, language, text):
+        self.document, self.line, self.heading, self.language, self.text = document, line, heading, language, text
+        self.id = f"{document}:{line}"
+
+    def commands(self):
+        """The block's commands: shell lines with their continuations joined, or the Python code whole."""
+        if self.language == "python":
+            return [self.text]
+        joined = re.sub(r"\\\n\s*", " ", self.text)
+        return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+    def skipped(self):
+        """Why the block is not run, or None."""
+        if "Archive" in self.heading:
+            return "under an Archive heading: the code of its own commit"
+        for command in self.commands():
+            for start, why in SKIPPED.items():
+                if command.startswith(start):
+                    return why
+        return None
+
+
+def blocks():
+    """Every ```bash/```python block of the documents, in the order they run, with its headings."""
+    found = []
+    for document in DOCUMENTS:
+        with open(os.path.join(ROOT, document), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        headings, fence = {}, None  # level: title; the open block's (line, language, lines)
+        for number, line in enumerate(lines, 1):
+            if fence is None and line.startswith("```"):
+                fence = (number, LANGUAGES.get(line[3:].strip().split(" ")[0]), [])
+            elif fence is not None and line.startswith("```"):
+                if fence[1]:
+                    heading = " / ".join(headings[k] for k in sorted(headings))
+                    found.append(Block(document, fence[0], heading, fence[1], "\n".join(fence[2]) + "\n"))
+                fence = None
+            elif fence is not None:
+                fence[2].append(line)
+            elif re.match(r"#+ ", line):
+                level = len(line) - len(line.lstrip("#"))
+                headings = {k: v for k, v in headings.items() if k < level}
+                headings[level] = line[level:].strip()
+    return found
+
+
+def quick_start_block():
+    return next(b for b in blocks() if b.document == QUICK_START[0] and QUICK_START[1] in b.heading
+                and "prepro.py" in b.text)
+
+
+def substitute(command):
+    """A shell command line as it runs here (the SUBSTITUTIONS above), quoted for bash -c."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="|;&")
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    words, out, segment_start = list(lexer), [], True
+    quick = False
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("|", "||", "&&", ";"):
+            out.append(word)
+            segment_start = True
+        elif segment_start and re.fullmatch(r"[A-Z_]+=.*", word):
+            out.append(shlex.quote(word))
+        elif segment_start and word in (".venv/bin/python", "python"):
+            script = words[i + 1] if i + 1 < len(words) else ""
+            end = next((j for j in range(i + 1, len(words)) if words[j] in ("|", "||", "&&", ";")), len(words))
+            args = [w for w in words[i + 1:end] if w != "--download"]
+            quick = script == "train.py" and args[1:] == ["--preset", "sample"]
+            args += [] if quick else ADDED.get(script, [])
+            out += [shlex.quote(sys.executable), *map(shlex.quote, args)]
+            i = end
+            segment_start = False
+            continue
+        else:
+            out.append(shlex.quote(word))
+            segment_start = False
+        i += 1
+    return " ".join(out)
+
+
+class Checkout:
+    """A scratch checkout in `path` for one document: the project linked in, the user's files
+    written, and what the pages it follows made (`start`: folders copied from another checkout).
+    Runs the document's blocks in order, each once, and keeps what each command did."""
+
+    def __init__(self, path, document, start=(), ran=None):
+        import shutil
+        self.path, self.document = str(path), document
+        self.ran = {} if ran is None else ran  # command as run: its result, shared by the checkouts
+        for name in os.listdir(ROOT):
+            if name.endswith(".py") or name in ("bench", "corpora", "demo.sh", "setup.sh"):
+                os.symlink(os.path.join(ROOT, name), os.path.join(self.path, name))
+        write_user_files(self.path)
+        for source, folder in start:
+            shutil.copytree(os.path.join(source, folder), os.path.join(self.path, folder))
+        self.done = {}  # block id: [(command as run, CompletedProcess)]
+
+    def run(self, block):
+        """Run every block of the document up to `block` that has not run; `block`'s [(command, result)]."""
+        for earlier in blocks():
+            if earlier.document != self.document:
+                continue
+            if earlier.id not in self.done and not earlier.skipped():
+                self.done[earlier.id] = [self.run_command(earlier, c) for c in earlier.commands()]
+            if earlier.id == block.id:
+                break
+        return self.done[block.id]
+
+    def run_all(self):
+        for block in blocks():
+            if block.document == self.document and not block.skipped():
+                self.run(block)
+        return self
+
+    def run_command(self, block, command):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        if block.language == "python":
+            argv, shown = [sys.executable, "-c", command], f"the Python block at {block.id}"
+        else:
+            shown = substitute(command)
+            argv = ["bash", "-c", "set -o pipefail; " + shown]
+            if shown in self.ran:  # repeated word for word by a later page, which starts from its results
+                return shown, self.ran[shown]
+        result = subprocess.run(argv, cwd=self.path, capture_output=True, text=True, env=env, timeout=900)
+        self.ran[shown] = result
+        return shown, result
+
+
+# Each page runs in its own checkout, as a reader following it would. The README comes first; a
+# page of docs/ starts with what README's commands made (prepro/, log/, exported/), and a command it
+# repeats word for word is not run again (its result is the README's). docs/devices.md starts with
+# the prepared data only: it trains the IWSLT presets with other batches than README's runs of them,
+# which those runs would refuse (a run keeps its batches).
+STARTS_FROM = {"docs/devices.md": ["prepro"]}
+
+
+def start_of(document):
+    return [] if document == "README.md" else STARTS_FROM.get(document, ["prepro", "log", "exported"])
+
+
+def write_lines(path, lines):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def sample(split, lang):
+    with open(os.path.join(ROOT, "corpora", "sample", f"{split}.{lang}"), encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def iwslt_xml(lines):
+    segs = "".join(f'<seg id="{i + 1}"> {line} </seg>\n' for i, line in enumerate(lines))
+    return ['<mteval>', '<srcset setid="x" srclang="german">', '<doc docid="1" genre="lectures">',
+            "<title>t</title>", segs.rstrip("\n"), "</doc>", "</srcset>", "</mteval>"]
+
+
+def japanese(n, seed=0):
+    """n Japanese-looking sentences over about 3,000 distinct kanji (more characters than the sample
+    vocabulary's pieces, as a real Japanese corpus has), with kana particles between them."""
+    import random
+    rng = random.Random(seed)
+    kanji = [chr(0x4E00 + i) for i in range(0, 3000 * 6, 6)]
+    particles = ["が", "を", "に", "で", "は", "の", "と"]
+    return ["".join(rng.choice(kanji) + rng.choice(kanji) + rng.choice(particles) for _ in range(rng.randint(3, 8)))
+            + "。" for _ in range(n)]
+
+
+def write_user_files(root):
+    """The files the recipes expect a user to have, made from the sample corpus (see SUBSTITUTIONS)."""
+    join = os.path.join
+    names = {"train": "train", "dev": "val", "test": "test_2016_flickr"}
+    for split, name in names.items():
+        for lang in ("de", "en"):
+            write_lines(join(root, "data", "multi30k", f"{name}.{lang}"), sample(split, lang))
+        write_lines(join(root, "my_corpus", f"{split}.en"), sample(split, "en"))
+        write_lines(join(root, "my_corpus", f"{split}.fr"), sample(split, "de"))
+    for lang in ("de", "en"):
+        tags = ["<url>http://www.ted.com/talks/a.html</url>", "<talkid>1</talkid>"]
+        write_lines(join(root, "data", "iwslt2016", f"train.tags.de-en.{lang}"), tags + sample("train", lang))
+        for tst, split in (("tst2013", "dev"), ("tst2014", "test")):
+            write_lines(join(root, "data", "iwslt2016", f"IWSLT16.TED.{tst}.de-en.{lang}.xml"),
+                        iwslt_xml(sample(split, lang)))
+    counts = {"train": 600, "dev": 30, "test": 30}
+    for split, n in counts.items():
+        write_lines(join(root, "my_ja_en", f"{split}.ja"), japanese(n, seed=len(split)))
+        english = sample("train", "en") * 2
+        write_lines(join(root, "my_ja_en", f"{split}.en"), english[:n])
+    write_lines(join(root, "de.txt"), sample("test", "de")[:8])
