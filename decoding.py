@@ -293,8 +293,7 @@ def compiled(model, name):
     in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
     """
     cache = model.__dict__.setdefault("_compiled_fns", {})
-    key = name
-    if key not in cache:
+    if name not in cache:
         fn = functools.partial(globals()[name], model)
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
@@ -302,8 +301,8 @@ def compiled(model, name):
             fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop)
         elif keras.backend.backend() == "jax":
             fn = jax_jit(model, fn, static=JAX_STATIC_ARGS.get(name, ()))
-        cache[key] = fn
-    return cache[key]
+        cache[name] = fn
+    return cache[name]
 
 
 def jax_jit(model, fn, static=()):
