@@ -345,9 +345,9 @@ def shown_fields(show):
 
 def add_field_options(parser, defaults, names=None, accept_others=True, from_run=False):
     """One --<field> option per Hparams field, in one argparse group per settings group, described
-    by the field's help and its value in defaults. Fields outside names (if given) are accepted
-    but not shown in --help (a script takes the same --logdir, --prepro_dir, ... as the others),
-    or with accept_others=False not added at all.
+    by the field's help and its value in defaults. Fields outside names (if given) are parsed but
+    not shown in --help, so that parse_args can refuse them with a one-line reason; with
+    accept_others=False they are not added at all.
 
     They default to argparse.SUPPRESS, so that given_fields() finds only what was given. With
     from_run, their help says the default is the trained run's (but --logdir's: the preset's).

@@ -103,7 +103,6 @@ def substitute(command):
     lexer = shlex.shlex(command, posix=True, punctuation_chars="|;&")
     lexer.whitespace_split, lexer.commenters = True, "#"
     words, out, segment_start = list(lexer), [], True
-    quick = False
     i = 0
     while i < len(words):
         word = words[i]
