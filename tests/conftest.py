@@ -1,7 +1,11 @@
 """Shared fixtures: the project root on sys.path, small corpora written by the tests themselves."""
+import contextlib
+import fcntl
+import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import typing
@@ -58,21 +62,13 @@ def assert_one_line_error(run, pattern):
     assert re.search(pattern, errors[0]), errors[0]
 
 
-@pytest.fixture(scope="session")
-def copy_model():
-    """A tiny Transformer trained on the copy task, and the batch maker it learned from."""
-    import keras
+def copy_batches(seed=0):
+    """batch(n): n random pairs of the copy task over ids 4-13 (2-6 tokens and </s>, padded to 8):
+    source, decoder input and target, each (n, 8) int32."""
     import numpy as np
 
-    import hyperparams
-    import model as transformer
     from data_load import BOS, EOS
-
-    keras.utils.set_random_seed(0)
-    hp = hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0,
-                             lr=3e-3, warmup_steps=100, smoothing=0.0)
-    m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
 
     def batch(n):
         lens = rng.integers(2, 7, n)
@@ -83,27 +79,56 @@ def copy_model():
             d[i, :k + 1] = np.insert(s, 0, BOS)
             y[i, :k + 1] = np.append(s, EOS)
         return x, d, y
+    return batch
 
+
+@pytest.fixture(scope="session")
+def copy_model():
+    """A tiny Transformer trained on the copy task, and the batch maker it learned from."""
+    import keras
+
+    import hyperparams
+    import model as transformer
+
+    keras.utils.set_random_seed(0)
+    hp = hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0,
+                             lr=3e-3, warmup_steps=100, smoothing=0.0)
+    m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
+    batch = copy_batches()
     x, d, y = batch(64 * 250)
     m.fit((x, d), y, batch_size=64, epochs=2, verbose=0, shuffle=False)
     return m, batch
 
 
 @pytest.fixture(scope="session")
-def checkouts(tmp_path_factory):
+def checkouts(tmp_path_factory, quick_start):
     """checkout(document): the scratch checkout where that document's commands run
-    (tests/docs_commands.py); a page of docs/ starts once the README's commands have all run."""
+    (tests/docs_commands.py). The README's starts where the quick start ended (its folders as they
+    were then, its block's results); a page of docs/ starts once the README's commands have all run."""
     import docs_commands
     made, ran = {}, {}
 
     def checkout(document):
         if document not in made:
-            start = docs_commands.start_of(document)
-            source = checkout("README.md").run_all().path if start else None
-            made[document] = docs_commands.Checkout(tmp_path_factory.mktemp("checkout"), document,
-                                                    [(source, folder) for folder in start], ran)
+            path = tmp_path_factory.mktemp("checkout")
+            if document == "README.md":
+                made[document] = docs_commands.Checkout(path, document, [(quick_start.untouched, folder)
+                                                                         for folder in ("prepro", "log")], ran)
+                made[document].ran_elsewhere(docs_commands.quick_start_block(), quick_start.commands)
+            else:
+                start = docs_commands.start_of(document)
+                source = checkout("README.md").run_all().path if start else None
+                made[document] = docs_commands.Checkout(path, document, [(source, folder) for folder in start], ran)
         return made[document]
     return checkout
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Hold an exclusive lock on the file at path (made if missing) for the block."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 class QuickStart(typing.NamedTuple):
@@ -112,15 +137,29 @@ class QuickStart(typing.NamedTuple):
     log: pathlib.Path
     dirs: list  # --prepro_dir and --logdir for another script
     runs: list  # prepro, train, eval: CompletedProcess
+    commands: list  # [(command as run, CompletedProcess)]
+    untouched: pathlib.Path  # a copy of its folders as it left them, which no test changes
 
 
 @pytest.fixture(scope="session")
-def quick_start(checkouts):
+def quick_start(tmp_path_factory, worker_id):
     """The README's quick start (the sample preset: prepro, train, eval), run as typed in a scratch
-    checkout; the other tests use the model it trains."""
+    checkout once for the whole session (the first test process to need it runs it, the other
+    waits and reads what it left); the other tests use the model it trains."""
     import docs_commands
-    readme = checkouts("README.md")
-    runs = [run for _, run in readme.run(docs_commands.quick_start_block())]
-    prepro, log = pathlib.Path(readme.path, "prepro", "sample"), pathlib.Path(readme.path, "log", "sample")
-    return QuickStart(pathlib.Path(readme.path), prepro, log, ["--prepro_dir", str(prepro), "--logdir", str(log)],
-                      runs)
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared if worker_id == "master" else shared.parent  # the folder every test process shares
+    root, untouched, saved = shared / "quick_start", shared / "quick_start_untouched", shared / "quick_start.json"
+    with locked(shared / "quick_start.lock"):
+        if not saved.exists():
+            root.mkdir()
+            done = docs_commands.Checkout(root, "README.md").run(docs_commands.quick_start_block())
+            for folder in ("prepro", "log"):
+                shutil.copytree(root / folder, untouched / folder)
+            saved.write_text(json.dumps([[command, run.args, run.returncode, run.stdout, run.stderr]
+                                         for command, run in done]))
+    commands = [(command, subprocess.CompletedProcess(args, code, out, err))
+                for command, args, code, out, err in json.loads(saved.read_text())]
+    prepro, log = root / "prepro" / "sample", root / "log" / "sample"
+    return QuickStart(root, prepro, log, ["--prepro_dir", str(prepro), "--logdir", str(log)],
+                      [run for _, run in commands], commands, untouched)

@@ -156,6 +156,12 @@ class Checkout:
                 break
         return self.done[block.id]
 
+    def ran_elsewhere(self, block, done):
+        """`block` ran in another checkout of the same document, whose folders this one started
+        from: done is its [(command as run, result)]."""
+        self.done[block.id] = done
+        self.ran.update(done)
+
     def run_all(self):
         for block in blocks():
             if block.document == self.document and not block.skipped():

@@ -17,12 +17,12 @@ import pytest
 from conftest import ROOT, assert_one_line_error, run_script
 
 # 24 steps per epoch on corpora/sample (lengths padded exactly), a mid-epoch checkpoint every 5
-SETTINGS = ["--num_epochs", "3", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
+SETTINGS = ["--num_epochs", "2", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
-    """The sample corpus prepared once, and an uninterrupted 3-epoch run on it."""
+    """The sample corpus prepared once, and an uninterrupted 2-epoch run on it."""
     tmp = tmp_path_factory.mktemp("train")
     prepro_dir = str(tmp / "prepro")
     done = run_script("prepro.py", "--prepro_dir", prepro_dir)
@@ -125,13 +125,13 @@ def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline,
     prepro_dir, reference = baseline
     logdir = tmp_path / "diverged"
     shutil.copytree(reference, logdir)
-    last, = glob.glob(os.path.join(logdir, "ckpt", "E03*.keras"))
+    last, = glob.glob(os.path.join(logdir, "ckpt", "E02*.keras"))
     digest = hashlib.sha256(open(last, "rb").read()).hexdigest()
     before = sorted(os.listdir(logdir / "ckpt"))
-    run = train(prepro_dir, logdir, "--num_epochs", "4", "--lr", "1e30", "--warmup_steps", "0")
+    run = train(prepro_dir, logdir, "--num_epochs", "3", "--lr", "1e30", "--warmup_steps", "0")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     error = run.stderr.strip().splitlines()[-1]
-    assert re.search(rf"training loss became nan at step \d+ \(epoch 4, batch \d+\); the last good checkpoint, "
+    assert re.search(rf"training loss became nan at step \d+ \(epoch 3, batch \d+\); the last good checkpoint, "
                      rf"{re.escape(last)}, is untouched", error), error
     assert hashlib.sha256(open(last, "rb").read()).hexdigest() == digest
     assert sorted(os.listdir(logdir / "ckpt")) == before
