@@ -101,7 +101,7 @@ def decode_step(model, tokens, step, cross_caches, source_mask, caches, target_m
     """
     if target_mask is None:
         target_mask = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
-    y = model.target_position(model.embedding(ops.expand_dims(tokens, 1)), start=step)  # (N*G, 1, d)
+    y = model.embed_target(ops.expand_dims(tokens, 1), training=False, start=step)  # (N*G, 1, d)
     y = ops.reshape(y, (-1, group, model.d_model))  # (N, G, d)
     new_caches = []
     for block, cross_cache, cache in zip(model.decoder_blocks, cross_caches, caches):
@@ -109,7 +109,7 @@ def decode_step(model, tokens, step, cross_caches, source_mask, caches, target_m
                          cache_index=step * group)  # (N, G, d)
         new_caches.append(cache)
     y = ops.reshape(y, (-1, 1, model.d_model))  # (N*G, 1, d)
-    logits = model.embedding.project(y, model.output_rows())[:, 0]  # (N*G, V')
+    logits = model.logits(y)[:, 0]  # (N*G, V')
     return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), new_caches  # (N*G, V')
 
 
@@ -290,8 +290,9 @@ def compiled(model, name):
     batch, fused kernels, buffers updated in place; XLA compiles once per batch shape and
     max_len. The reference's uncached step is a tf.function with relaxed shapes (one trace for
     every prefix length). AutoGraph is off: the loops are `ops.while_loop` already, with no Python
-    control flow over tensors to rewrite (about half a second less before the first translation). On JAX, each is a `jax.jit` function of the model's variables (passed
-    in, so later training is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
+    control flow over tensors to rewrite (about half a second less before the first translation).
+    On JAX, each is a `jax.jit` function of the model's variables (passed in, so later training
+    is seen) and its arguments, the Python ints static. PyTorch runs eagerly.
     """
     cache = model.__dict__.setdefault("_compiled_fns", {})
     if name not in cache:

@@ -21,7 +21,8 @@ CORPUS_FORMATS = ("parallel", "iwslt")
 SWITCHES = ("auto", "on", "off")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "one", "mirrored", "multi_worker", "data_parallel")
-POSITIONAL = ("sinusoid", "learned")
+POSITIONAL = ("sinusoid", "learned", "none")
+NORMS = ("post", "pre")
 LR_DECAYS = ("rsqrt", "linear")
 OUTPUT_VOCABS = ("target", "all")
 EMBEDDING_INITS = ("normal", "xavier")
@@ -80,7 +81,8 @@ class Hparams:
                            model=True)
     maxlen2: int = setting(50, "model", "longest target in tokens (with </s>) kept for training",
                            model=True)
-    positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019) or learned (reference legacy)",
+    positional: str = setting("sinusoid", "model", "sinusoid (paper, reference 2019), learned (reference legacy) "
+                                                   "or none (no position information: what order is worth)",
                               choices=POSITIONAL, model=True)
     output_vocab: str = setting("target", "model", "target: the softmax covers the ids 0-3 and the pieces of "
                                                    "the training targets; all: the whole vocabulary (the reference)",
@@ -98,6 +100,16 @@ class Hparams:
     pad_logit: str = setting("learned", "model", "learned: the <pad> row gives a trained logit; zero: that "
                                                  "row is zero in the output projection too (the reference)",
                              choices=PAD_LOGITS, model=True)
+    norm: str = setting("post", "model", "post: LayerNorm(x + sublayer(x)) (paper 3.1, reference); pre: "
+                                         "x + sublayer(LayerNorm(x)), and a layer norm at the end of each stack",
+                        choices=NORMS, model=True)
+    scale_embeddings: bool = setting(True, "model", "multiply the embeddings by sqrt(d_model) (paper 3.4, "
+                                                    "reference)",
+                                     model=True)
+    share_embeddings: bool = setting(True, "model", "one matrix for the source and target embeddings and the "
+                                                    "output projection (paper 3.4, reference 2019); off: three "
+                                                    "(the reference's legacy code)",
+                                     model=True)
 
     tokens_per_batch: int = setting(1024, "training", "token budget of a batch: sentences x padded length of "
                                                       "the longer side")

@@ -53,8 +53,13 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.attention_dropout = attention_dropout  # None: dropout_rate
         self.choices, self.kernels = modules.Choices.of(choices), kernels
         self.parts = parts = fast.parts(kernels)
-        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id=PAD, initializer=self.choices.embedding_init,
-                                        zero_pad_logit=self.choices.pad_logit == "zero", name="embedding")
+        shared = self.choices.share_embeddings
+        embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
+        # the target side's, and (shared, as in 3.4) the source's and the output projection's too
+        self.embedding = TokenEmbedding(vocab_size, d_model, zero_pad_logit=self.choices.pad_logit == "zero",
+                                        tied_output=shared, **embedding, name="embedding")
+        self.source_embedding = None if shared else TokenEmbedding(vocab_size, d_model, **embedding,
+                                                                   name="source_embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
         self.target_position = PositionalEncoding(d_model, maxlen2, positional, name="target_position")
         self.source_dropout = parts.Dropout(dropout_rate)
@@ -64,31 +69,54 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                                for i in range(num_blocks)]
         self.decoder_blocks = [DecoderBlock(d_model, d_ff, num_heads, dropout_rate, **block, name=f"decoder_{i}")
                                for i in range(num_blocks)]
+        # with the layer norms before each sublayer, each stack's output is normalized once at its end
+        pre = self.choices.norm == "pre"
+        epsilon = self.choices.layer_norm_epsilon
+        self.encoder_norm = parts.LayerNormalization(epsilon=epsilon, name="encoder_norm") if pre else None
+        self.decoder_norm = parts.LayerNormalization(epsilon=epsilon, name="decoder_norm") if pre else None
+
+    def embed_source(self, source, training=None):
+        """source (N, T1) ids -> the encoder's input (N, T1, d): embeddings, positions, dropout."""
+        embedding = self.embedding if self.source_embedding is None else self.source_embedding
+        x = self.source_position(embedding(source))  # (N, T1, d)
+        return self.source_dropout(x, training=training)  # (N, T1, d)
+
+    def embed_target(self, target_in, training=None, start=0):
+        """target_in (N, T2) ids at positions start..start+T2-1 -> the decoder's input (N, T2, d)."""
+        y = self.target_position(self.embedding(target_in), start=start)  # (N, T2, d)
+        return self.target_dropout(y, training=training)  # (N, T2, d)
+
+    def logits(self, y):
+        """The last decoder block's output y (N, T2, d) -> logits (N, T2, V'): (pre-norm) the
+        decoder's final layer norm, then the pre-softmax linear layer over output_ids' rows."""
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)  # (N, T2, d)
+        return self.embedding.project(y, self.output_rows())  # (N, T2, V')
 
     def encode(self, source, training=None, return_attention_scores=False):
         """source (N, T1) ids -> memory (N, T1, d), source mask (N, T1) bool; with
         return_attention_scores also each block's self-attention weights, a list of (N, h, T1, T1)."""
         source_mask = ops.not_equal(source, PAD)  # (N, T1)
-        x = self.source_position(self.embedding(source))  # (N, T1, d)
-        x = self.source_dropout(x, training=training)  # (N, T1, d)
+        x = self.embed_source(source, training=training)  # (N, T1, d)
         scores = []
         for block in self.encoder_blocks:
             x, weights = block(x, source_mask, training=training, return_attention_scores=True)  # (N, T1, d)
             scores.append(weights)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)  # (N, T1, d)
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
 
     def decode(self, target_in, memory, source_mask, training=None, return_attention_scores=False):
         """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V); with
         return_attention_scores also each block's cross-attention weights, a list of (N, h, T2, T1)."""
         target_mask = ops.not_equal(target_in, PAD)  # (N, T2)
-        y = self.target_position(self.embedding(target_in))  # (N, T2, d)
-        y = self.target_dropout(y, training=training)  # (N, T2, d)
+        y = self.embed_target(target_in, training=training)  # (N, T2, d)
         scores = []
         for block in self.decoder_blocks:
             y, weights = block(y, memory, target_mask, source_mask, training=training,
                                return_attention_scores=True)  # (N, T2, d)
             scores.append(weights)
-        logits = self.embedding.project(y, self.output_rows())  # (N, T2, V')
+        logits = self.logits(y)  # (N, T2, V')
         return (logits, scores) if return_attention_scores else logits
 
     def output_rows(self):

@@ -52,14 +52,15 @@ class PositionalEncoding(keras.layers.Layer):
     Args:
       d_model: d.
       maxlen: longest sequence for the learned kind (the sinusoid kind takes any length).
-      kind: "sinusoid" (the paper, the reference's 2019 version) or "learned" (the reference's
-        legacy default, `hp.sinusoid = False`).
+      kind: "sinusoid" (the paper, the reference's 2019 version), "learned" (the reference's
+        legacy default, `hp.sinusoid = False`) or "none" (nothing added: the model sees no order
+        but what the decoder's causal mask gives it).
     """
 
     def __init__(self, d_model, maxlen, kind="sinusoid", **kwargs):
         super().__init__(**kwargs)
-        if kind not in ("sinusoid", "learned"):
-            raise ValueError(f"kind must be 'sinusoid' or 'learned', not {kind!r}")
+        if kind not in ("sinusoid", "learned", "none"):
+            raise ValueError(f"kind must be 'sinusoid', 'learned' or 'none', not {kind!r}")
         self.d_model, self.maxlen, self.kind = d_model, maxlen, kind
 
     def build(self, input_shape=None):
@@ -69,6 +70,8 @@ class PositionalEncoding(keras.layers.Layer):
 
     def call(self, x, start=0):
         """x (N, T, d) -> x + PE[start:start+T] (N, T, d)."""
+        if self.kind == "none":
+            return x  # (N, T, d)
         length = ops.shape(x)[1]
         if self.kind == "sinusoid":
             pe = sinusoid(length, self.d_model, x.dtype, start)  # (T, d)
@@ -96,7 +99,8 @@ class TokenEmbedding(keras.layers.Layer):
     """Token embedding scaled by sqrt(d_model), with <pad> embedding to zeros (section 3.4).
 
     The same matrix is the pre-softmax linear layer (`project`), as in the paper; the
-    reference's 2019 version shares it between source, target and output too.
+    reference's 2019 version shares it between source, target and output too (its legacy code
+    has a matrix for each: tied_output False here, and another TokenEmbedding for the source).
 
     Args:
       vocab_size: V.
@@ -108,29 +112,41 @@ class TokenEmbedding(keras.layers.Layer):
       zero_pad_logit: the <pad> row is zero in the output projection too, so the <pad> logit is
         always 0, as in the reference (whose matrix has a constant zero row); otherwise that row
         is trained through the output projection alone.
+      scale: multiply the embeddings by sqrt(d_model) (section 3.4); without, they enter the
+        model as they are.
+      tied_output: the pre-softmax linear layer is this matrix (section 3.4); otherwise it has a
+        matrix of its own (`output_embeddings`), of the same shape and initializer.
     """
 
-    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, **kwargs):
+    def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, scale=True,
+                 tied_output=True, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
         self.initializer, self.zero_pad_logit = initializer, zero_pad_logit
+        self.scale, self.tied_output = scale, tied_output
 
     def build(self, input_shape=None):
-        initializer = (keras.initializers.GlorotUniform() if self.initializer == "xavier"
-                       else keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        def initializer():
+            return (keras.initializers.GlorotUniform() if self.initializer == "xavier"
+                    else keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
         self.embeddings = self.add_weight(name="embeddings", shape=(self.vocab_size, self.d_model),
-                                          initializer=initializer)
+                                          initializer=initializer())
+        if not self.tied_output:
+            self.output_embeddings = self.add_weight(name="output", shape=(self.vocab_size, self.d_model),
+                                                     initializer=initializer())
 
     def call(self, ids):
         """ids (N, T) int -> (N, T, d)."""
         x = ops.take(self.embeddings, ids, axis=0)  # (N, T, d)
         keep = ops.cast(ops.not_equal(ids, self.pad_id), x.dtype)  # (N, T)
-        return x * ops.expand_dims(keep, -1) * math.sqrt(self.d_model)  # (N, T, d)
+        x = x * ops.expand_dims(keep, -1)  # (N, T, d)
+        return x * math.sqrt(self.d_model) if self.scale else x  # (N, T, d)
 
     def output_matrix(self, rows=None):
         """The matrix of the pre-softmax linear layer: every row (V, d), or those of the ids in
         rows (V',); the <pad> row zeroed with zero_pad_logit."""
-        w = self.embeddings if rows is None else ops.take(self.embeddings, rows, axis=0)  # (V or V', d)
+        w = self.embeddings if self.tied_output else self.output_embeddings  # (V, d)
+        w = w if rows is None else ops.take(w, rows, axis=0)  # (V or V', d)
         if self.zero_pad_logit:
             ids = ops.arange(self.vocab_size) if rows is None else rows  # (V or V',)
             w = w * ops.expand_dims(ops.cast(ops.not_equal(ids, self.pad_id), w.dtype), -1)  # (V or V', d)
@@ -146,7 +162,8 @@ class TokenEmbedding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
-                "pad_id": self.pad_id, "initializer": self.initializer, "zero_pad_logit": self.zero_pad_logit}
+                "pad_id": self.pad_id, "initializer": self.initializer, "zero_pad_logit": self.zero_pad_logit,
+                "scale": self.scale, "tied_output": self.tied_output}
 
 
 # 3.2.1 Scaled dot-product attention
@@ -367,17 +384,26 @@ class FeedForward(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class AddNorm(keras.layers.Layer):
-    """LayerNorm(x + Dropout(Sublayer(x))) (sections 3.1 and 5.4).
+    """The residual connection around a sublayer and its layer normalization (sections 3.1, 5.4):
+    LayerNorm(x + Dropout(Sublayer(x))), the paper's "post" place for the norm; or "pre", most
+    later work's: x + Dropout(Sublayer(LayerNorm(x))), the residual path left unnormalized (the
+    model then normalizes each stack's output once, at its end).
+
+    A block asks `sublayer_input(x)` for what its sublayer reads, then calls this layer on x and
+    the sublayer's output.
 
     Args:
       dropout_rate: residual dropout on the sublayer's output.
       epsilon: layer-norm epsilon.
+      position: "post" or "pre", where the layer norm sits.
       parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    def __init__(self, dropout_rate=0.0, epsilon=1e-6, parts=None, **kwargs):
+    def __init__(self, dropout_rate=0.0, epsilon=1e-6, position="post", parts=None, **kwargs):
         super().__init__(**kwargs)
-        self.dropout_rate, self.epsilon = dropout_rate, epsilon
+        if position not in ("post", "pre"):
+            raise ValueError(f"position must be 'post' or 'pre', not {position!r}")
+        self.dropout_rate, self.epsilon, self.position = dropout_rate, epsilon, position
         parts = parts or PLAIN
         self.dropout = parts.Dropout(dropout_rate)
         self.norm = parts.LayerNormalization(epsilon=epsilon, name="norm")
@@ -385,12 +411,18 @@ class AddNorm(keras.layers.Layer):
     def build(self, x_shape, y_shape=None):
         self.norm.build(x_shape)
 
+    def sublayer_input(self, x):
+        """What the sublayer reads: x (N, T, d) itself (post), or LayerNorm(x) (pre) -> (N, T, d)."""
+        return self.norm(x) if self.position == "pre" else x  # (N, T, d)
+
     def call(self, x, y, training=None):
         """x (N, T, d) residual, y (N, T, d) sublayer output -> (N, T, d)."""
-        return self.norm(x + self.dropout(y, training=training))  # (N, T, d)
+        x = x + self.dropout(y, training=training)  # (N, T, d)
+        return x if self.position == "pre" else self.norm(x)  # (N, T, d)
 
     def get_config(self):
-        return {**super().get_config(), "dropout_rate": self.dropout_rate, "epsilon": self.epsilon}
+        return {**super().get_config(), "dropout_rate": self.dropout_rate, "epsilon": self.epsilon,
+                "position": self.position}
 
 
 # 3.1 Encoder and decoder blocks
@@ -405,6 +437,9 @@ class Choices:
     layer_norm_epsilon: float = 1e-6  # the reference: 1e-8
     embedding_init: str = "normal"  # TokenEmbedding's initializer; the reference: "xavier"
     pad_logit: str = "learned"  # "zero": the <pad> row of the output projection is 0, as the reference's
+    norm: str = "post"  # where each sublayer's layer norm sits (AddNorm); "pre": before the sublayer
+    scale_embeddings: bool = True  # embeddings times sqrt(d_model) (3.4)
+    share_embeddings: bool = True  # one matrix for source, target and output (3.4); else three
 
     @classmethod
     def of(cls, value):
@@ -420,7 +455,7 @@ class Block(keras.layers.Layer):
       d_model, d_ff, num_heads: d, f, h.
       dropout_rate: on the attention weights and, with choices.residual_dropout, on each sublayer's output.
       attention_dropout: the attention weights' own rate instead of dropout_rate (None: dropout_rate).
-      choices: Choices (or its dict): W^O, residual dropout, layer-norm epsilon.
+      choices: Choices (or its dict): W^O, residual dropout, layer-norm epsilon and place.
       parts: the primitives to build with (Parts; default: the plain ones).
     """
 
@@ -448,7 +483,7 @@ class Block(keras.layers.Layer):
     def add_norm(self, name):
         """An AddNorm around a sublayer, with residual dropout unless the choices turn it off."""
         rate = self.dropout_rate if self.choices.residual_dropout else 0.0
-        return AddNorm(rate, self.choices.layer_norm_epsilon, self.parts, name=name)
+        return AddNorm(rate, self.choices.layer_norm_epsilon, self.choices.norm, self.parts, name=name)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
@@ -469,10 +504,11 @@ class EncoderBlock(Block):
     def call(self, x, padding_mask, training=None, return_attention_scores=False):
         """x (N, T1, d), padding_mask (N, T1) bool, True at real tokens -> (N, T1, d); with
         return_attention_scores also the self-attention weights (N, h, T1, T1)."""
-        a, weights = self.self_attention(x, x, attention_mask=padding_mask, training=training,
+        h = self.self_attention_norm.sublayer_input(x)  # (N, T1, d)
+        a, weights = self.self_attention(h, h, attention_mask=padding_mask, training=training,
                                          return_attention_scores=True)  # (N, T1, d)
         x = self.self_attention_norm(x, a, training=training)  # (N, T1, d)
-        f = self.feed_forward(x)  # (N, T1, d)
+        f = self.feed_forward(self.feed_forward_norm.sublayer_input(x))  # (N, T1, d)
         x = self.feed_forward_norm(x, f, training=training)  # (N, T1, d)
         return (x, weights) if return_attention_scores else x
 
@@ -512,16 +548,18 @@ class DecoderBlock(Block):
           (N, T2, d); with caches, ((N, T2, d), the updated self-attention cache); with
           return_attention_scores, the weights after those.
         """
+        h = self.self_attention_norm.sublayer_input(x)  # (N, T2, d)
         if self_cache is None:  # training, or the reference's uncached decoding: all positions
-            a = self.self_attention(x, x, attention_mask=target_mask, causal=True, training=training)  # (N, T2, d)
+            a = self.self_attention(h, h, attention_mask=target_mask, causal=True, training=training)  # (N, T2, d)
         else:  # new positions: earlier ones are in the cache, later ones do not exist yet
-            a, self_cache = self.self_attention(x, x, attention_mask=target_mask, cache=self_cache,
+            a, self_cache = self.self_attention(h, h, attention_mask=target_mask, cache=self_cache,
                                                 cache_index=cache_index)  # (N, T2, d)
         x = self.self_attention_norm(x, a, training=training)  # (N, T2, d)
-        c, *_, weights = self.cross_attention(x, memory, attention_mask=source_mask, cache=cross_cache,
+        h = self.cross_attention_norm.sublayer_input(x)  # (N, T2, d)
+        c, *_, weights = self.cross_attention(h, memory, attention_mask=source_mask, cache=cross_cache,
                                               training=training, return_attention_scores=True)  # (N, T2, d)
         x = self.cross_attention_norm(x, c, training=training)  # (N, T2, d)
-        f = self.feed_forward(x)  # (N, T2, d)
+        f = self.feed_forward(self.feed_forward_norm.sublayer_input(x))  # (N, T2, d)
         x = self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
         returned = (x,) + (() if self_cache is None else (self_cache,))
         returned += (weights,) if return_attention_scores else ()

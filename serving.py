@@ -23,9 +23,10 @@ def _linear(spec, kernel, bias):
     spec.bias = np.asarray(bias, np.float32)
 
 
-def _norm(spec, add_norm):
-    spec.gamma = np.asarray(add_norm.norm.gamma, np.float32)
-    spec.beta = np.asarray(add_norm.norm.beta, np.float32)
+def _norm(spec, norm):
+    """A LayerNormalization into CTranslate2's."""
+    spec.gamma = np.asarray(norm.gamma, np.float32)
+    spec.beta = np.asarray(norm.beta, np.float32)
 
 
 def _attention(spec, mha, self_attention):
@@ -56,37 +57,47 @@ def _positions(model, layer):
     from modules import sinusoid
     if model.positional == "learned":
         return np.asarray(layer.table, np.float32)
+    if model.positional == "none":  # CTranslate2 adds a table: one of zeros adds nothing
+        return np.zeros((max(SINUSOID_ROWS, layer.maxlen), model.d_model), np.float32)
     return np.asarray(ops.convert_to_numpy(sinusoid(max(SINUSOID_ROWS, layer.maxlen), model.d_model)), np.float32)
 
 
 def ctranslate2_spec(model, pieces):
-    """The CTranslate2 TransformerSpec of a trained Transformer (post-norm, ReLU, scaled embeddings
-    with absolute positions) over the vocabulary pieces (a list: id -> piece)."""
+    """The CTranslate2 TransformerSpec of a trained Transformer (ReLU, absolute positions; the
+    layer norms after or before each sublayer, the embeddings scaled or not, shared or not, as the
+    model has them) over the vocabulary pieces (a list: id -> piece)."""
     from ctranslate2.specs import transformer_spec
     from keras import ops
 
     import data_load
 
-    spec = transformer_spec.TransformerSpec.from_config(model.num_blocks, model.num_heads, pre_norm=False)
-    embeddings = np.asarray(model.embedding.embeddings, np.float32)  # (V, d)
-    for side, position in ((spec.encoder, model.source_position), (spec.decoder, model.target_position)):
-        (side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings).weight = embeddings
-        side.scale_embeddings = True  # times sqrt(d), as TokenEmbedding
+    pre = model.choices.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(model.num_blocks, model.num_heads, pre_norm=pre)
+    source_embedding = model.embedding if model.source_embedding is None else model.source_embedding
+    for side, embedding, position in ((spec.encoder, source_embedding, model.source_position),
+                                      (spec.decoder, model.embedding, model.target_position)):
+        weight = np.asarray(embedding.embeddings, np.float32)  # (V, d)
+        (side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings).weight = weight
+        side.scale_embeddings = bool(embedding.scale)  # times sqrt(d), as TokenEmbedding
         side.position_encodings.encodings = _positions(model, position)
     for layer, block in zip(spec.encoder.layer, model.encoder_blocks):
         _attention(layer.self_attention, block.self_attention, True)
-        _norm(layer.self_attention.layer_norm, block.self_attention_norm)
+        _norm(layer.self_attention.layer_norm, block.self_attention_norm.norm)
         _feed_forward(layer.ffn, block.feed_forward)
-        _norm(layer.ffn.layer_norm, block.feed_forward_norm)
+        _norm(layer.ffn.layer_norm, block.feed_forward_norm.norm)
     for layer, block in zip(spec.decoder.layer, model.decoder_blocks):
         _attention(layer.self_attention, block.self_attention, True)
-        _norm(layer.self_attention.layer_norm, block.self_attention_norm)
+        _norm(layer.self_attention.layer_norm, block.self_attention_norm.norm)
         _attention(layer.attention, block.cross_attention, False)
-        _norm(layer.attention.layer_norm, block.cross_attention_norm)
+        _norm(layer.attention.layer_norm, block.cross_attention_norm.norm)
         _feed_forward(layer.ffn, block.feed_forward)
-        _norm(layer.ffn.layer_norm, block.feed_forward_norm)
-    # the output layer: the shared matrix (its <pad> row zeroed for --pad_logit zero), and a bias
-    # that rules out what the port's softmax does not cover or its decoding never chooses
+        _norm(layer.ffn.layer_norm, block.feed_forward_norm.norm)
+    if pre:  # each stack's final layer norm
+        _norm(spec.encoder.layer_norm, model.encoder_norm)
+        _norm(spec.decoder.layer_norm, model.decoder_norm)
+    # the output layer: its matrix (the shared one unless --share_embeddings 0; the <pad> row zeroed
+    # for --pad_logit zero), and a bias that rules out what the port's softmax does not cover or its
+    # decoding never chooses
     bias = np.zeros(model.vocab_size, np.float32)
     if model.output_ids is not None:
         bias[:] = NEVER
