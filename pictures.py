@@ -61,6 +61,34 @@ def plot_history(epochs, output):
     return output
 
 
+def plot_ablations(rows, output):
+    """A bar per ablation row (ablate.summarize): its dev BLEU difference to the baseline, with
+    the seeds' spread as an error bar (the larger of the row's and the baseline's), written to the
+    PNG file output."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no screen needed
+    import matplotlib.pyplot as plt
+
+    names = [n for n, row in rows.items() if row["verdict"] != "the baseline"]
+    base = next(row for row in rows.values() if row["verdict"] == "the baseline")
+    differences = [rows[n]["difference"] for n in names]
+    noise = [max(rows[n]["spread"], base["spread"]) for n in names]
+    colors = ["tab:green" if rows[n]["verdict"] == "better" else "tab:red" if rows[n]["verdict"] == "worse"
+              else "tab:gray" for n in names]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.4))
+    ax.barh(range(len(names)), differences, xerr=noise, color=colors, capsize=3)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_xlabel(f"dev BLEU minus the baseline's ({base['beam']:.2f}); bars: the seeds' spread")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    with atomic_write(output) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)
+    return output
+
+
 def draw_attention(maps, sentence, translation, output):
     """A grid of heatmaps, a row per layer and a column per head, written to the PNG file output."""
     import matplotlib

@@ -1,0 +1,245 @@
+"""Ablations: what each choice of the paper and of the reference is worth, measured on dev.
+
+Trains variants of a preset (each a few settings changed from it: VARIANTS below), two seeds
+each, and writes a table: dev BLEU with greedy decoding and with the preset's beam search, dev
+loss, the spread between the seeds, minutes, and each variant's difference to the preset with a
+verdict in plain words (better, worse, or within the seeds' spread); and a bar chart of the
+differences.
+
+    python ablate.py --preset multi30k                         # every variant: hours on a laptop
+    python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
+    python ablate.py --preset sample --num_epochs 1 --output ablations.md   # minutes: a dry run
+
+Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>). A run that
+finished is not trained again, an interrupted one resumes where it stopped (train.py resumes from
+its checkpoints), and each run's scores are kept in its folder (ablation.json), so the command can
+be stopped and started again at any point. Settings after the options (`--name value`) apply to
+every run (the dry run above trains one epoch). Everything is measured on dev: the table is for
+choosing, and test figures are not computed here.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import devices
+import hyperparams
+from pictures import plot_ablations, read_history
+from utils import UserError, atomic_write, run_cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# name: (settings changed for training, settings changed for evaluation, what it measures). A
+# variant with no training settings evaluates the preset's own runs another way.
+VARIANTS = {
+    "preset": ([], [], "the preset as it is: the baseline every row is compared with"),
+    "pre_norm": (["--norm", "pre"], [], "layer norm before each sublayer (later work) instead of after it (3.1)"),
+    "learned_positions": (["--positional", "learned"], [], "a learned position table (the reference's legacy "
+                                                         "code) instead of sinusoids (3.5)"),
+    "no_positions": (["--positional", "none"], [], "no positional encoding at all (3.5)"),
+    "unscaled_embeddings": (["--scale_embeddings", "0"], [], "embeddings without the sqrt(d_model) factor (3.4)"),
+    "separate_embeddings": (["--share_embeddings", "0"], [], "three matrices (source, target, output) instead of "
+                                                            "one shared (3.4)"),
+    "no_residual_dropout": (["--residual_dropout", "0"], [], "no dropout on the sublayers' outputs, as the "
+                                                            "reference (5.4)"),
+    "attention_dropout": (["--attention_dropout", "-1"], [], "the attention weights dropped at --dropout_rate "
+                                                             "(the paper, the reference)"),
+    "no_output_projection": (["--attention_output", "0"], [], "no W^O after the heads, as the reference (3.2.2)"),
+    "no_smoothing": (["--smoothing", "0"], [], "no label smoothing (5.4: 0.1)"),
+    "smoothing_0.2": (["--smoothing", "0.2"], [], "twice the label smoothing"),
+    "short_warmup": (["--warmup_steps", "300"], [], "a quarter of the multi30k preset's warmup (5.3)"),
+    "reference_adam": (["--adam_beta2", "0.999", "--adam_epsilon", "1e-8"], [],
+                       "Adam's TensorFlow defaults, as the reference (5.3: 0.98, 1e-9)"),
+    "xavier_embeddings": (["--embedding_init", "xavier"], [], "Glorot-uniform embeddings, as the reference"),
+    "zero_pad_logit": (["--pad_logit", "zero"], [], "the <pad> logit held at 0, as the reference"),
+    "sentence_batches": (["--batch_sentences", "128"], [], "batches of 128 random sentences, as the reference, "
+                                                          "instead of token budgets"),
+    "whole_vocabulary": (["--output_vocab", "all"], [], "the softmax over the whole vocabulary, as the reference"),
+    "two_heads": (["--num_heads", "2"], [], "half the attention heads (3.2.2)"),
+    "average_last_5": ([], ["--average_last", "5"], "the mean of the last five epochs' weights (6.1)"),
+    "no_length_penalty": ([], ["--alpha", "0"], "beam search without its length penalty"),
+    "beam_8": ([], ["--beam_size", "8"], "twice the beam"),
+}
+BASELINE = "preset"
+
+
+def run_script(script, args):
+    """Run one of the project's scripts with this interpreter, its output shown as it comes and
+    kept; a UserError (the script's last line) if it fails."""
+    process = subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        print("    " + line, end="", flush=True)
+    if process.wait() != 0:
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        raise UserError(f"{script} {' '.join(args)} failed (exit {process.returncode}): {last}")
+    return "".join(lines)
+
+
+def trained(logdir):
+    """The run's history if it trained every epoch it was asked for, else None."""
+    try:
+        with open(os.path.join(logdir, "hparams.json"), encoding="utf-8") as f:
+            wanted = json.load(f)["num_epochs"]
+        history = read_history(os.path.join(logdir, "history.jsonl"))
+    except (OSError, UserError):
+        return None
+    return history if len(history) >= wanted else None
+
+
+def measure(preset, variant, seed, runs, extra):
+    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json."""
+    train_args, eval_args, _ = VARIANTS[variant]
+    logdir = os.path.join(runs, BASELINE if not train_args else variant, f"seed{seed}")
+    scores_path = os.path.join(logdir, "ablation.json")
+    scores = {}
+    if os.path.exists(scores_path):
+        with open(scores_path, encoding="utf-8") as f:
+            scores = json.load(f)
+    history = trained(logdir)
+    if history is None:
+        run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *train_args, *extra])
+        history = trained(logdir)
+    if scores.get("epochs") != len(history):  # scores of an earlier state of the run
+        scores = {}
+    key = " ".join(eval_args) or "as trained"
+    if key not in scores.get("beam", {}):
+        out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
+        found = re.search(r"BLEU dev sacreBLEU = ([\d.]+)", out)
+        if not found:
+            raise UserError(f"eval.py --logdir {logdir}: no dev BLEU in its output")
+        scores.setdefault("beam", {})[key] = float(found.group(1))
+    last = history[-1]
+    scores.update(greedy=last["dev_bleu"], loss=last["dev_loss"], epochs=len(history),
+                  minutes=sum(h.get("elapsed_seconds", 0.0) for h in history) / 60)
+    write_text(scores_path, json.dumps(scores, indent=1) + "\n")
+    return dict(scores, beam=scores["beam"][key])
+
+
+def write_text(path, text):
+    with atomic_write(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def spread(values):
+    return max(values) - min(values) if len(values) > 1 else 0.0
+
+
+def verdict(difference, noise):
+    """Plain words for a difference in BLEU against the larger of the two rows' seed spreads."""
+    if abs(difference) <= noise:
+        return "within the seeds' spread"
+    return "better" if difference > 0 else "worse"
+
+
+def summarize(results):
+    """{variant: row} from {variant: [figures of each seed]}: means, spreads, difference to the
+    baseline's beam BLEU and its verdict."""
+    rows = {}
+    for name, seeds in results.items():
+        beam = [s["beam"] for s in seeds]
+        rows[name] = dict(greedy=statistics.mean(s["greedy"] for s in seeds), beam=statistics.mean(beam),
+                          loss=statistics.mean(s["loss"] for s in seeds), spread=spread(beam),
+                          minutes=statistics.mean(s["minutes"] for s in seeds), seeds=len(seeds))
+    base = rows[BASELINE]
+    for name, row in rows.items():
+        row["difference"] = row["beam"] - base["beam"]
+        row["verdict"] = "the baseline" if name == BASELINE else verdict(row["difference"],
+                                                                         max(row["spread"], base["spread"]))
+    return rows
+
+
+def machine():
+    """The CPU's name and family, and whether it has bfloat16 instructions."""
+    name = family = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name == "?":
+                    name = value.strip()
+                if key.strip() == "cpu family" and family == "?":
+                    family = value.strip()
+    except OSError:
+        pass
+    bf16 = "with" if devices.cpu_has_bfloat16() else "without"
+    return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions)"
+
+
+def commit():
+    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    return run.stdout.strip() if run.returncode == 0 else "unknown"
+
+
+def write_table(path, picture, rows, preset, seeds, argv):
+    """docs/ablations.md's table (and where its picture is), with how the figures were made."""
+    hp = hyperparams.preset(preset)
+    lines = [f"# Ablations of the {preset} preset", "",
+             f"Each row trains the {preset} preset with a few settings changed, {len(seeds)} seeds each "
+             f"({', '.join(map(str, seeds))}), and scores the last epoch on dev: sacreBLEU greedy (the "
+             f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
+             f"{hp.alpha:g}), and the dev loss. The difference is the row's beam BLEU minus the "
+             f"preset's; a difference no larger than the seeds' spread (the larger of the two rows' "
+             f"max - min) is called within it.", "",
+             f"Made with `python ablate.py {' '.join(argv)}` on {datetime.date.today().isoformat()}, "
+             f"commit {commit()}, {machine()}.", "",
+             f"![Each row's difference to the preset, with the seeds' spread]"
+             f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
+             "", "| row | what changes | settings | dev BLEU greedy | dev BLEU beam | spread | dev loss | "
+                 "minutes | difference | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        train_args, eval_args, what = VARIANTS[name]
+        settings = " ".join(train_args + eval_args) or "(none)"
+        lines.append(f"| {name} | {what} | `{settings}` | {row['greedy']:.2f} | {row['beam']:.2f} | "
+                     f"{row['spread']:.2f} | {row['loss']:.3f} | {row['minutes']:.1f} | "
+                     f"{row['difference']:+.2f} | {row['verdict']} |")
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Settings after the options (--name value) apply to every run.")
+    parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS),
+                        help="the preset whose variants run (default multi30k)")
+    parser.add_argument("--only", metavar="NAMES", help="comma-separated variants to run (the preset's own "
+                                                        "runs always); default every one")
+    parser.add_argument("--seeds", default="1,2", help="comma-separated seeds: each variant trains once per seed")
+    parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/ablations/<preset>)")
+    parser.add_argument("--output", default=os.path.join("docs", "ablations.md"), metavar="PATH",
+                        help="the table to write; its picture is written beside it (<name>.png)")
+    args, extra = parser.parse_known_args(argv)
+    names = [BASELINE] + [n for n in (args.only.split(",") if args.only else VARIANTS) if n != BASELINE]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise UserError(f"--only: unknown variant {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise UserError(f"--seeds {args.seeds}: give comma-separated integers, e.g. 1,2") from None
+    runs = args.runs or os.path.join("log", "ablations", args.preset)
+    results, total, done = {}, len(names) * len(seeds), 0
+    for name in names:
+        results[name] = []
+        for seed in seeds:
+            done += 1
+            print(f"[{done}/{total}] {name}, seed {seed}", flush=True)
+            results[name].append(measure(args.preset, name, seed, runs, extra))
+    rows = summarize(results)
+    picture = os.path.splitext(args.output)[0] + ".png"
+    plot_ablations(rows, picture)
+    write_table(args.output, picture, rows, args.preset, seeds, argv)
+    print(f"wrote {args.output} and {picture}")
+    for name, row in rows.items():
+        print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

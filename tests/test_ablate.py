@@ -1,0 +1,38 @@
+"""ablate.py's bookkeeping on the sample preset, one epoch a run: an interrupted run resumes, the
+table and its picture are written, and a second call trains and evaluates nothing again."""
+import json
+import os
+import signal
+
+from conftest import run_script
+
+# one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from)
+EXTRA = ["--num_epochs", "1", "--tokens_per_batch", "256", "--save_every_steps", "5", "--eval_sentences", "5"]
+
+
+def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp_path):
+    runs, table = tmp_path / "runs", tmp_path / "ablations.md"
+    common = ["--preset", "sample", "--only", "pre_norm", "--seeds", "1", "--runs", str(runs), "--output", str(table),
+              *EXTRA, "--prepro_dir", str(quick_start.prepro)]
+    interrupted = runs / "pre_norm" / "seed1"
+    killed = run_script("tests/interrupted_train.py", "10", "train.py", "--preset", "sample", "--logdir",
+                        str(interrupted), "--seed", "1", "--norm", "pre", *EXTRA,
+                        "--prepro_dir", str(quick_start.prepro))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    first = run_script("ablate.py", *common)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "resuming from" in first.stdout and "epoch 2, batch" not in first.stdout
+    text = table.read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| preset") or line.startswith("| pre_norm")]
+    assert len(rows) == 2 and "`--norm pre`" in rows[1] and "the baseline" in rows[0]
+    assert rows[1].split("|")[-2].strip() in ("better", "worse", "within the seeds' spread")
+    assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
+    scores = json.loads((interrupted / "ablation.json").read_text())
+    assert scores["epochs"] == 1 and "as trained" in scores["beam"]
+    again = run_script("ablate.py", *common)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
+    assert json.loads((interrupted / "ablation.json").read_text()) == scores
+    assert os.path.getsize(table) > 0
+    bad = run_script("ablate.py", "--only", "no_such_row", "--runs", str(runs))
+    assert bad.returncode == 2 and "unknown variant no_such_row" in bad.stderr
