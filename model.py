@@ -1,4 +1,5 @@
-"""The Transformer: encoder and decoder stacks over one shared embedding matrix.
+"""The Transformer: encoder and decoder stacks over one shared embedding matrix (or three, with
+--share_embeddings 0).
 
 `make_model(hp, vocab_size)` is the only place that reads hyperparameters; the layers in modules.py
 take plain arguments. Shape letters as in modules.py.
