@@ -102,12 +102,15 @@ def measure(preset, variant, seed, runs, extra):
     if os.path.exists(scores_path):
         with open(scores_path, encoding="utf-8") as f:
             scores = json.load(f)
-    history = trained(logdir)
+    history, precision = trained(logdir), scores.get("precision", "?")
     if history is None:
-        run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *train_args, *extra])
+        out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *train_args,
+                                      *extra])
+        precision = re.search(r"precision (\S+),", out).group(1)  # train.py's devices line
         history = trained(logdir)
     if scores.get("epochs") != len(history):  # scores of an earlier state of the run
         scores = {}
+    scores["precision"] = precision
     key = " ".join(eval_args) or "as trained"
     if key not in scores.get("beam", {}):
         out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
@@ -146,7 +149,8 @@ def summarize(results):
         beam = [s["beam"] for s in seeds]
         rows[name] = dict(greedy=statistics.mean(s["greedy"] for s in seeds), beam=statistics.mean(beam),
                           loss=statistics.mean(s["loss"] for s in seeds), spread=spread(beam),
-                          minutes=statistics.mean(s["minutes"] for s in seeds), seeds=len(seeds))
+                          minutes=statistics.mean(s["minutes"] for s in seeds), seeds=len(seeds),
+                          precision=sorted({s["precision"] for s in seeds}))
     base = rows[BASELINE]
     for name, row in rows.items():
         row["difference"] = row["beam"] - base["beam"]
@@ -188,7 +192,8 @@ def write_table(path, picture, rows, preset, seeds, argv):
              f"preset's; a difference no larger than the seeds' spread (the larger of the two rows' "
              f"max - min) is called within it.", "",
              f"Made with `python ablate.py {' '.join(argv)}` on {datetime.date.today().isoformat()}, "
-             f"commit {commit()}, {machine()}.", "",
+             f"commit {commit()}, {machine()}; trained in "
+             f"{', '.join(sorted({p for row in rows.values() for p in row['precision']}))}.", "",
              f"![Each row's difference to the preset, with the seeds' spread]"
              f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
              "", "| row | what changes | settings | dev BLEU greedy | dev BLEU beam | spread | dev loss | "

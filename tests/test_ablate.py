@@ -2,6 +2,7 @@
 table and its picture are written, and a second call trains and evaluates nothing again."""
 import json
 import os
+import re
 import signal
 
 from conftest import run_script
@@ -27,6 +28,8 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert len(rows) == 2 and "`--norm pre`" in rows[1] and "the baseline" in rows[0]
     assert rows[1].split("|")[-2].strip() in ("better", "worse", "within the seeds' spread")
     assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
+    assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\); trained in "
+                     r"(float32|mixed_bfloat16)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())
     assert scores["epochs"] == 1 and "as trained" in scores["beam"]
     again = run_script("ablate.py", *common)
