@@ -112,8 +112,8 @@ def checkouts(tmp_path_factory, quick_start):
         if document not in made:
             path = tmp_path_factory.mktemp("checkout")
             if document == "README.md":
-                made[document] = docs_commands.Checkout(path, document, [(quick_start.untouched, folder)
-                                                                         for folder in ("prepro", "log")], ran)
+                made[document] = docs_commands.Checkout(path, document, [(quick_start.untouched, folder) for folder
+                                                                         in os.listdir(quick_start.untouched)], ran)
                 made[document].ran_elsewhere(docs_commands.quick_start_block(), quick_start.commands)
             else:
                 start = docs_commands.start_of(document)
@@ -136,9 +136,13 @@ class QuickStart(typing.NamedTuple):
     prepro: pathlib.Path  # the folders it made
     log: pathlib.Path
     dirs: list  # --prepro_dir and --logdir for another script
-    runs: list  # prepro, train, eval: CompletedProcess
-    commands: list  # [(command as run, CompletedProcess)]
+    commands: list  # [(command as run, CompletedProcess)]: prepro, train, eval
     untouched: pathlib.Path  # a copy of its folders as it left them, which no test changes
+
+    @property
+    def runs(self):
+        """prepro, train, eval: CompletedProcess."""
+        return [run for _, run in self.commands]
 
 
 @pytest.fixture(scope="session")
@@ -161,5 +165,4 @@ def quick_start(tmp_path_factory, worker_id):
     commands = [(command, subprocess.CompletedProcess(args, code, out, err))
                 for command, args, code, out, err in json.loads(saved.read_text())]
     prepro, log = root / "prepro" / "sample", root / "log" / "sample"
-    return QuickStart(root, prepro, log, ["--prepro_dir", str(prepro), "--logdir", str(log)],
-                      [run for _, run in commands], commands, untouched)
+    return QuickStart(root, prepro, log, ["--prepro_dir", str(prepro), "--logdir", str(log)], commands, untouched)
