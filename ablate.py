@@ -93,8 +93,17 @@ def trained(logdir):
     return history if len(history) >= wanted else None
 
 
-def measure(preset, variant, seed, runs, extra):
-    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json."""
+def wall_seconds(history):
+    """The wall time a run took: each epoch's elapsed_seconds counts from its train.py process's
+    start, so a resumed run's clock restarts, and the time is the sum of each process's last."""
+    ends = [h["elapsed_seconds"] for h, after in zip(history, history[1:] + [None])
+            if after is None or after["elapsed_seconds"] < h["elapsed_seconds"]]
+    return sum(ends)
+
+
+def measure(preset, variant, seed, runs, extra, report_only=False):
+    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json.
+    With report_only, a run that has not finished training is left alone (None)."""
     train_args, eval_args, _ = VARIANTS[variant]
     logdir = os.path.join(runs, BASELINE if not train_args else variant, f"seed{seed}")
     scores_path = os.path.join(logdir, "ablation.json")
@@ -102,15 +111,17 @@ def measure(preset, variant, seed, runs, extra):
     if os.path.exists(scores_path):
         with open(scores_path, encoding="utf-8") as f:
             scores = json.load(f)
-    history, precision = trained(logdir), scores.get("precision", "?")
+    history = trained(logdir)
     if history is None:
+        if report_only:
+            return None
         out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *train_args,
                                       *extra])
-        precision = re.search(r"precision (\S+),", out).group(1)  # train.py's devices line
         history = trained(logdir)
-    if scores.get("epochs") != len(history):  # scores of an earlier state of the run
-        scores = {}
-    scores["precision"] = precision
+        scores = dict(precision=re.search(r"precision (\S+),", out).group(1),  # train.py's devices line
+                      commit=commit(), date=datetime.date.today().isoformat(), machine=machine())
+    if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
+        scores = {k: scores[k] for k in ("precision", "commit", "date", "machine") if k in scores}
     key = " ".join(eval_args) or "as trained"
     if key not in scores.get("beam", {}):
         out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
@@ -120,7 +131,7 @@ def measure(preset, variant, seed, runs, extra):
         scores.setdefault("beam", {})[key] = float(found.group(1))
     last = history[-1]
     scores.update(greedy=last["dev_bleu"], loss=last["dev_loss"], epochs=len(history),
-                  minutes=sum(h.get("elapsed_seconds", 0.0) for h in history) / 60)
+                  minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
     return dict(scores, beam=scores["beam"][key])
 
@@ -143,19 +154,24 @@ def verdict(difference, noise):
 
 def summarize(results):
     """{variant: row} from {variant: [figures of each seed]}: means, spreads, difference to the
-    baseline's beam BLEU and its verdict."""
+    baseline's beam BLEU and its verdict, and where and when the runs were trained."""
     rows = {}
     for name, seeds in results.items():
         beam = [s["beam"] for s in seeds]
         rows[name] = dict(greedy=statistics.mean(s["greedy"] for s in seeds), beam=statistics.mean(beam),
                           loss=statistics.mean(s["loss"] for s in seeds), spread=spread(beam),
                           minutes=statistics.mean(s["minutes"] for s in seeds), seeds=len(seeds),
-                          precision=sorted({s["precision"] for s in seeds}))
+                          **{key: sorted({s.get(key, "unrecorded") for s in seeds})
+                             for key in ("precision", "commit", "date", "machine")})
     base = rows[BASELINE]
     for name, row in rows.items():
         row["difference"] = row["beam"] - base["beam"]
-        row["verdict"] = "the baseline" if name == BASELINE else verdict(row["difference"],
-                                                                         max(row["spread"], base["spread"]))
+        if name == BASELINE:
+            row["verdict"] = "the baseline"
+        elif min(row["seeds"], base["seeds"]) < 2:
+            row["verdict"] = "one seed: no spread to judge by yet"
+        else:
+            row["verdict"] = verdict(row["difference"], max(row["spread"], base["spread"]))
     return rows
 
 
@@ -184,25 +200,30 @@ def commit():
 def write_table(path, picture, rows, preset, seeds, argv):
     """docs/ablations.md's table (and where its picture is), with how the figures were made."""
     hp = hyperparams.preset(preset)
+
+    def each(key):  # one of the runs' provenance fields over every row
+        return ", ".join(sorted({value for row in rows.values() for value in row[key]}))
+
     lines = [f"# Ablations of the {preset} preset", "",
-             f"Each row trains the {preset} preset with a few settings changed, {len(seeds)} seeds each "
+             f"Each row trains the {preset} preset with a few settings changed, once per seed "
              f"({', '.join(map(str, seeds))}), and scores the last epoch on dev: sacreBLEU greedy (the "
              f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
-             f"{hp.alpha:g}), and the dev loss. The difference is the row's beam BLEU minus the "
-             f"preset's; a difference no larger than the seeds' spread (the larger of the two rows' "
-             f"max - min) is called within it.", "",
-             f"Made with `python ablate.py {' '.join(argv)}` on {datetime.date.today().isoformat()}, "
-             f"commit {commit()}, {machine()}; trained in "
-             f"{', '.join(sorted({p for row in rows.values() for p in row['precision']}))}.", "",
-             f"![Each row's difference to the preset, with the seeds' spread]"
-             f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
-             "", "| row | what changes | settings | dev BLEU greedy | dev BLEU beam | spread | dev loss | "
+             f"{hp.alpha:g}), and the dev loss, each the mean over the row's seeds. The difference is "
+             f"the row's beam BLEU minus the preset's; a difference no larger than the seeds' spread "
+             f"(the larger of the two rows' max - min) is called within it. Minutes are the wall time "
+             f"of training one seed, evaluation after each epoch included.", "",
+             f"Made with `python ablate.py {' '.join(argv)}` (table written on "
+             f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
+             f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}.",
+             "", f"![Each row's difference to the preset, with the seeds' spread]"
+                 f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
+             "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam | spread | dev loss | "
                  "minutes | difference | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         train_args, eval_args, what = VARIANTS[name]
         settings = " ".join(train_args + eval_args) or "(none)"
-        lines.append(f"| {name} | {what} | `{settings}` | {row['greedy']:.2f} | {row['beam']:.2f} | "
+        lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} | "
                      f"{row['spread']:.2f} | {row['loss']:.3f} | {row['minutes']:.1f} | "
                      f"{row['difference']:+.2f} | {row['verdict']} |")
     write_text(path, "\n".join(lines) + "\n")
@@ -220,6 +241,9 @@ def main(argv=None):
     parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/ablations/<preset>)")
     parser.add_argument("--output", default=os.path.join("docs", "ablations.md"), metavar="PATH",
                         help="the table to write; its picture is written beside it (<name>.png)")
+    parser.add_argument("--report", action="store_true",
+                        help="train nothing: write the table from the runs that have finished (a row "
+                             "with fewer seeds says so), e.g. while another call is still training")
     args, extra = parser.parse_known_args(argv)
     names = [BASELINE] + [n for n in (args.only.split(",") if args.only else VARIANTS) if n != BASELINE]
     unknown = [n for n in names if n not in VARIANTS]
@@ -236,7 +260,15 @@ def main(argv=None):
         for seed in seeds:
             done += 1
             print(f"[{done}/{total}] {name}, seed {seed}", flush=True)
-            results[name].append(measure(args.preset, name, seed, runs, extra))
+            figures = measure(args.preset, name, seed, runs, extra, report_only=args.report)
+            if figures is None:
+                print("    not trained yet: left out of the table")
+            else:
+                results[name].append(figures)
+    results = {name: figures for name, figures in results.items() if figures}
+    if BASELINE not in results:
+        raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
+                        f"(run ablate.py without --report first)")
     rows = summarize(results)
     picture = os.path.splitext(args.output)[0] + ".png"
     plot_ablations(rows, picture)
