@@ -1,6 +1,8 @@
 """Pictures a person reads: how a training run went (loss, dev BLEU, learning rate per epoch) and
 what a model attends to (runs.attention_maps), as PNG files. plot.py and attention.py are their
-command lines; train.py redraws <logdir>/history.png after every epoch.
+command lines; train.py redraws <logdir>/history.png after every epoch. Figures are drawn on
+matplotlib's Figure, not through pyplot, so that no backend is chosen or switched (a notebook that
+imports these keeps its own).
 """
 import json
 
@@ -37,14 +39,13 @@ def read_history(path):
 
 def plot_history(epochs, output):
     """Write the panels of PANELS for epochs (read_history) to the PNG file output."""
-    import matplotlib
-    matplotlib.use("Agg")  # files only: no screen needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend to choose, none switched for a notebook
 
     panels = [(title, [(key, label) for key, label in series if any(key in e for e in epochs)])
               for title, series in PANELS]
     panels = [(title, series) for title, series in panels if series]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    fig = Figure(figsize=(4.5 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (title, series) in zip(axes[0], panels):
         for key, label in series:
             points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
@@ -57,7 +58,6 @@ def plot_history(epochs, output):
     fig.tight_layout()
     with atomic_write(output) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
     return output
 
 
@@ -65,9 +65,7 @@ def plot_ablations(rows, output):
     """A bar per ablation row (ablate.summarize): its dev BLEU difference to the baseline, with
     the seeds' spread as an error bar (the larger of the row's and the baseline's), written to the
     PNG file output."""
-    import matplotlib
-    matplotlib.use("Agg")  # files only: no screen needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     names = [n for n, row in rows.items() if row["verdict"] != "the baseline"]
     base = next(row for row in rows.values() if row["verdict"] == "the baseline")
@@ -75,7 +73,8 @@ def plot_ablations(rows, output):
     noise = [max(rows[n]["spread"], base["spread"]) for n in names]
     colors = ["tab:green" if rows[n]["verdict"] == "better" else "tab:red" if rows[n]["verdict"] == "worse"
               else "tab:gray" for n in names]
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.4))
+    fig = Figure(figsize=(7, 0.35 * len(names) + 1.4))
+    ax = fig.subplots()
     ax.barh(range(len(names)), differences, xerr=noise, color=colors, capsize=3)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
@@ -85,20 +84,18 @@ def plot_ablations(rows, output):
     fig.tight_layout()
     with atomic_write(output) as tmp:
         fig.savefig(tmp, dpi=90, format="png")
-    plt.close(fig)
     return output
 
 
 def draw_attention(maps, sentence, translation, output):
     """A grid of heatmaps, a row per layer and a column per head, written to the PNG file output."""
-    import matplotlib
-    matplotlib.use("Agg")  # files only: no screen needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     rows, heads = len(maps), maps[0][1].shape[0]
     size = max(max(len(r), len(c)) for _, _, r, c in maps)
     cell = max(2.4, 0.22 * size)
-    fig, axes = plt.subplots(rows, heads, figsize=(cell * heads + 1, cell * rows + 1.2), squeeze=False)
+    fig = Figure(figsize=(cell * heads + 1, cell * rows + 1.2))
+    axes = fig.subplots(rows, heads, squeeze=False)
     for (title, weights, row_pieces, column_pieces), axes_row in zip(maps, axes):
         for head, ax in enumerate(axes_row):
             ax.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -109,4 +106,4 @@ def draw_attention(maps, sentence, translation, output):
     fig.tight_layout()
     with atomic_write(output) as tmp:
         fig.savefig(tmp, dpi=90, format="png")
-    plt.close(fig)
+    return output
