@@ -42,6 +42,9 @@ SKIPPED = {  # a command's first words: why it is not run here
                     "(checked equal to README's quick-start block)",
     ".venv/bin/python -m pytest": "the test suite itself (.ci/run runs exactly this command: checked)",
     "export TF_CONFIG=": "training across two machines needs the two machines",
+    ".venv/bin/pip install jupyterlab": "installs from the network (the tests run the lesson without Jupyter's "
+                                        "server: tests/test_lesson.py)",
+    ".venv/bin/python -m jupyter lab": "opens a browser; tests/test_lesson.py runs every cell of the lesson",
 }
 QUICK_START = ("README.md", "Quick start")  # the block the other tests take their trained model from
 

@@ -1,0 +1,112 @@
+"""The lesson (lesson.ipynb, lesson.zh.ipynb): it runs top to bottom in a copy of the repository,
+shows what its text says it shows, defines none of the project's layers or functions again, and its
+stored outputs and Chinese text are not older than the code and the English text."""
+import ast
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from test_docs import CODE, MODULES, resolves
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+import make_lesson  # noqa: E402  (after the skips: it needs nbformat)
+
+
+def code_cells(nb):
+    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+
+
+def texts(cell):
+    """A cell's printed text and whether it showed a picture."""
+    printed, pictures = [], 0
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            printed.append(output.text)
+        elif "image/png" in output.get("data", {}):
+            pictures += 1
+    return "".join(printed), pictures
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The lesson, run in a copy of the repository's tracked files (it writes prepro/ and log/)."""
+    copy = tmp_path_factory.mktemp("lesson") / "repo"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout: the lesson runs in a copy of its tracked files")
+    for name in tracked.stdout.splitlines():
+        os.makedirs(copy / os.path.dirname(name), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, name), copy / name)
+    nb = make_lesson.read(str(copy / "lesson.ipynb"))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    return {cell.id: cell for cell in make_lesson.execute(nb, str(copy)).cells}
+
+
+def test_the_lesson_runs_and_shows_what_it_says(executed):
+    shown = {name: texts(cell) for name, cell in executed.items() if cell.cell_type == "code"}
+    assert sum(pictures for _, pictures in shown.values()) >= 8
+    assert "PE[10]·PE[12] = " in shown["positions"][0]
+    leak = shown["leak"][0]
+    assert "causal=True   largest change at positions 0-3: 0.000000" in leak
+    assert float(leak.split("causal=False  largest change at positions 0-3: ")[1].split()[0]) > 0.01
+    scaled, unscaled = (float(x.split()[0]) for x in shown["scaling"][0].split("mean largest weight: ")[1]
+                        .split(" divided, "))
+    assert unscaled > scaled + 0.2  # the softmax saturates without the division
+    assert "the same tokens: True" in shown["cache"][0]
+    greedy = shown["greedy"][0]
+    assert greedy.split("greedy:    ")[1].splitlines()[0] == greedy.split("compiled:  ")[1].splitlines()[0]
+    beam = shown["beam"][0]
+    assert beam.split("beam search: ")[1].split(" (log-probability")[0] == beam.split("compiled:    ")[1].strip()
+    assert "epoch 30:" in shown["train"][0] and shown["train"][1] == 1
+    assert "--positional none  dev loss" in shown["change"][0]
+
+
+def test_the_lesson_defines_none_of_the_projects_layers_or_functions():
+    nb = make_lesson.read(make_lesson.LESSON)
+    project = set()
+    for name in ("modules.py", "model.py", "decoding.py"):
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        project |= {node.name for node in ast.walk(tree)
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    defined = {node.name for source in code_cells(nb) for node in ast.walk(ast.parse(source))
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert not defined & project, f"the lesson defines again: {sorted(defined & project)}; import them instead"
+
+
+def test_the_stored_outputs_are_not_older_than_the_code():
+    nb = make_lesson.read(make_lesson.LESSON)
+    stored = nb.metadata.get("lesson", {}).get("sources")
+    assert stored == make_lesson.sources_digest(nb), (
+        "lesson.ipynb's stored outputs are older than its code or the project's code: run "
+        "`python make_lesson.py` and commit both notebooks")
+    assert all(cell.outputs for cell in nb.cells if cell.cell_type == "code")
+    assert os.path.getsize(make_lesson.LESSON) < 1_000_000  # small enough to render where the repository is browsed
+
+
+def test_the_chinese_lesson_is_the_english_one_with_translated_text():
+    nb = make_lesson.read(make_lesson.LESSON)
+    built = make_lesson.chinese(nb, make_lesson.read_translations())  # fails on an outdated translation
+    stored = make_lesson.read(make_lesson.LESSON_ZH)
+    assert [(c.cell_type, c.source) for c in stored.cells] == [(c.cell_type, c.source) for c in built.cells], (
+        "lesson.zh.ipynb is not what make_lesson.py builds: run `python make_lesson.py --zh`")
+    assert [c.get("outputs") for c in stored.cells] == [c.get("outputs") for c in nb.cells]
+    assert code_cells(stored) == code_cells(nb)
+
+
+@pytest.mark.parametrize("path", [make_lesson.LESSON, make_lesson.LESSON_ZH])
+def test_the_lessons_text_names_code_that_exists(path):
+    nb = make_lesson.read(path)
+    text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    references = [s for s in CODE.findall(text) if re.fullmatch(r"\w+(\.\w+)+", s) and s.split(".")[0] in MODULES]
+    assert len(references) >= 10, references
+    missing = sorted({r for r in references if not resolves(r)})
+    assert not missing, f"{path} names code that does not exist: {missing}"
