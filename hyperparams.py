@@ -1,4 +1,4 @@
-"""Hyperparameters: one dataclass, four presets, and `--name value` overrides for every field.
+"""Hyperparameters: one dataclass, five presets, and `--name value` overrides for every field.
 
 Names follow the reference (Kyubyong/transformer `hparams.py`): d_model, d_ff, num_blocks,
 num_heads, dropout_rate, maxlen1 (source), maxlen2 (target), vocab_size, lr, warmup_steps,
@@ -214,6 +214,14 @@ PRESETS = {
         beam_size=4,
         alpha=1.4,
     ),
+    # The reference's 2019 experiment at the laptop's size: the multi30k preset's data and model size,
+    # and every other value of the iwslt2016 preset below (the reference's training as it was: its
+    # learning rate, warmup, dropout, epochs, batches and the details of its code), for comparing
+    # the port with the reference's own code on the same data (docs/ablations.md).
+    "multi30k_reference": dict(REFERENCE_2019, data_dir="data/multi30k", prepro_dir="prepro/multi30k",
+                               dev_prefix="val", test_prefix="test_2016_flickr", vocab_size=8000, d_model=256,
+                               d_ff=1024, num_blocks=3, num_heads=4, logdir="log/multi30k_reference",
+                               eval_sentences=0, precision="float32"),
     # The reference's 2019 experiment on IWSLT 2016 de-en: its hparams.py values and what its code
     # does without a setting (Adam's defaults, Xavier embeddings, the zero <pad> row in the output
     # projection, no W^O, dropout on embeddings and attention weights only, 128-sentence batches,

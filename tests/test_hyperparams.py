@@ -59,6 +59,13 @@ def test_presets_are_valid_and_the_iwslt2016_one_is_the_references_experiment():
     changed = {f for f in hyperparams.field_names() if getattr(ref, f) != getattr(improved, f)}
     assert changed == {"logdir", "batch_sentences", "attention_output", "residual_dropout", "layer_norm_epsilon",
                        "embedding_init", "pad_logit", "output_vocab", "adam_beta2", "adam_epsilon", "precision"}
+    # the reference's experiment at the laptop's size: multi30k's data and model, every other value the reference's
+    small, multi30k = hyperparams.preset("multi30k_reference"), hyperparams.preset("multi30k")
+    data_and_size = {"corpus", "data_dir", "prepro_dir", "dev_prefix", "test_prefix", "vocab_size", "d_model",
+                     "d_ff", "num_blocks", "num_heads"}
+    assert all(getattr(small, f) == getattr(multi30k, f) for f in data_and_size)
+    differs = {f for f in hyperparams.field_names() if getattr(small, f) != getattr(ref, f)}
+    assert differs == data_and_size | {"logdir"}, differs
 
 
 def test_overrides_for_every_field():
