@@ -29,13 +29,16 @@ def marked_tests(path):
     return len(re.findall(r"^@pytest\.mark\.jax\n(?:@.*\n)*def test_", text, re.M))
 
 
-@pytest.mark.parametrize("path", ["tests/test_modules.py", "tests/test_model.py", "tests/test_decoding.py"])
-def test_the_backend_specific_tests_pass_on_jax(path):
-    done = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "jax", path, KERAS_BACKEND="jax")
+MARKED = ["tests/test_modules.py", "tests/test_model.py", "tests/test_decoding.py"]
+
+
+def test_the_backend_specific_tests_pass_on_jax():
+    # one process for the three files: JAX, TensorFlow and the shared fixtures start once
+    done = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "jax", *MARKED, KERAS_BACKEND="jax")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
     passed = re.search(r"\b(\d+) passed\b", summary)
-    assert passed and int(passed.group(1)) >= marked_tests(path) > 0, summary
+    assert passed and int(passed.group(1)) >= sum(marked_tests(path) for path in MARKED) > 0, summary
     assert "failed" not in summary and "error" not in summary, summary
 
 
