@@ -1,5 +1,6 @@
-"""Refresh the lesson: run lesson.ipynb top to bottom, store its outputs and pictures in it, and
-write lesson.zh.ipynb, the same cells and outputs with the Chinese text of docs/lesson.zh.json.
+"""Refresh the lesson: run lesson.ipynb top to bottom in a fresh copy of the repository's files (its
+runs start from nothing, and yours in log/ are left alone), store its outputs and pictures in it,
+and write lesson.zh.ipynb, the same cells and outputs with the Chinese text of docs/lesson.zh.json.
 
     python make_lesson.py           # after changing the lesson or the code it runs (1-2 minutes)
     python make_lesson.py --zh      # only lesson.zh.ipynb, after changing a translation
@@ -14,6 +15,9 @@ import glob
 import hashlib
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 from utils import UserError, atomic_write, run_cli
@@ -58,6 +62,18 @@ def write(nb, path):
     import nbformat
     with atomic_write(path) as tmp:
         nbformat.write(nb, tmp)
+
+
+def fresh_copy(dest):
+    """Copy the repository's tracked files into dest, where a run of the lesson writes its prepro/
+    and log/ folders from nothing (not over the user's); dest."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=HERE, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        raise UserError(f"{HERE} is not a git checkout: the lesson runs in a copy of its tracked files")
+    for name in tracked.stdout.splitlines():
+        os.makedirs(os.path.join(dest, os.path.dirname(name)), exist_ok=True)
+        shutil.copy2(os.path.join(HERE, name), os.path.join(dest, name))
+    return dest
 
 
 def execute(nb, cwd, timeout=600):
@@ -108,8 +124,9 @@ def main(argv=None):
     nb = read(LESSON)
     if not args.zh:
         start = time.time()
-        print("running lesson.ipynb ...", flush=True)
-        execute(nb, HERE)
+        print("running lesson.ipynb in a fresh copy of the repository ...", flush=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            execute(nb, fresh_copy(scratch))
         nb.metadata["lesson"] = {"sources": sources_digest(nb)}
         write(nb, LESSON)
         print(f"ran it in {time.time() - start:.0f} s; wrote {LESSON}")

@@ -4,8 +4,6 @@ stored outputs and Chinese text are not older than the code and the English text
 import ast
 import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -36,18 +34,12 @@ def texts(cell):
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """The lesson, run in a copy of the repository's tracked files (it writes prepro/ and log/)."""
-    copy = tmp_path_factory.mktemp("lesson") / "repo"
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
-    if tracked.returncode != 0:
-        pytest.skip("not a git checkout: the lesson runs in a copy of its tracked files")
-    for name in tracked.stdout.splitlines():
-        os.makedirs(copy / os.path.dirname(name), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, name), copy / name)
-    nb = make_lesson.read(str(copy / "lesson.ipynb"))
+    copy = make_lesson.fresh_copy(str(tmp_path_factory.mktemp("lesson")))
+    nb = make_lesson.read(os.path.join(copy, "lesson.ipynb"))
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
-    return {cell.id: cell for cell in make_lesson.execute(nb, str(copy)).cells}
+    return {cell.id: cell for cell in make_lesson.execute(nb, copy).cells}
 
 
 def test_the_lesson_runs_and_shows_what_it_says(executed):
