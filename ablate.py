@@ -41,7 +41,9 @@ VARIANTS = {
     "learned_positions": (["--positional", "learned"], [], "a learned position table (the reference's legacy "
                                                          "code) instead of sinusoids (3.5)"),
     "no_positions": (["--positional", "none"], [], "no positional encoding at all (3.5)"),
-    "unscaled_embeddings": (["--scale_embeddings", "0"], [], "embeddings without the sqrt(d_model) factor (3.4)"),
+    "unscaled_embeddings": (["--scale_embeddings", "0"], [], "embeddings without the sqrt(d_model) factor (3.4): "
+                                                            "initialised N(0, 1/d_model), they then start about 11 "
+                                                            "times smaller than the positional encoding"),
     "separate_embeddings": (["--share_embeddings", "0"], [], "three matrices (source, target, output) instead of "
                                                             "one shared (3.4)"),
     "no_residual_dropout": (["--residual_dropout", "0"], [], "no dropout on the sublayers' outputs, as the "
@@ -197,8 +199,9 @@ def commit():
     return run.stdout.strip() if run.returncode == 0 else "unknown"
 
 
-def write_table(path, picture, rows, preset, seeds, argv):
-    """docs/ablations.md's table (and where its picture is), with how the figures were made."""
+def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
+    """docs/ablations.md's table (and where its picture is), with how the figures were made;
+    unfinished: (runs left out as not finished (--report), runs asked for)."""
     hp = hyperparams.preset(preset)
 
     def each(key):  # one of the runs' provenance fields over every row
@@ -214,7 +217,10 @@ def write_table(path, picture, rows, preset, seeds, argv):
              f"of training one seed, evaluation after each epoch included.", "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
-             f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}.",
+             f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}."
+             + (f" Runs not finished yet: {unfinished[0]} of {unfinished[1]}; a row with fewer seeds than "
+                f"{len(seeds)} is the mean of those that have, and `python ablate.py "
+                f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
              "", f"![Each row's difference to the preset, with the seeds' spread]"
                  f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
              "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam | spread | dev loss | "
@@ -272,7 +278,8 @@ def main(argv=None):
     rows = summarize(results)
     picture = os.path.splitext(args.output)[0] + ".png"
     plot_ablations(rows, picture)
-    write_table(args.output, picture, rows, args.preset, seeds, argv)
+    unfinished = (total - sum(len(figures) for figures in results.values()), total)
+    write_table(args.output, picture, rows, args.preset, seeds, argv, unfinished)
     print(f"wrote {args.output} and {picture}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")

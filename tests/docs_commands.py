@@ -15,8 +15,9 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
   my_ja_en is a Japanese-English corpus written here with thousands of distinct characters;
 - `--download` is dropped: data/<preset> already holds the files (these machines have no network);
 - every train.py but the quick start's trains one epoch of a tiny model
-  (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), and a benchmark measures
-  two steps of that model; the quick start runs exactly as typed (the other tests use its model);
+  (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), ablate.py one seed of
+  such runs, and a benchmark measures two steps of that model; the quick start runs exactly as
+  typed (the other tests use its model);
 - a command that the pages repeat word for word runs once (Checkout.run_command).
 
 What is not run, and why: SKIPPED (by the command's first words) and blocks under an "Archive"
@@ -36,6 +37,7 @@ TINY_MODEL = ["--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_hea
 ADDED = {  # script: what is appended to its command line (beside the quick start)
     "train.py": ["--num_epochs", "1", *TINY_MODEL],
     "bench/train_speed.py": ["--steps", "2", "--yardsticks", "none", "--reference_shaped", "0", *TINY_MODEL],
+    "ablate.py": ["--seeds", "1", "--num_epochs", "1", *TINY_MODEL],  # one seed; the rest reaches train.py
 }
 SKIPPED = {  # a command's first words: why it is not run here
     "bash demo.sh": "installs the environment from nothing; its three commands are the quick start's "
