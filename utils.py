@@ -31,22 +31,16 @@ STARTUP_NOISE = re.compile(
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.")
 
 
-def import_keras():
-    """keras, imported (with its backend, and TensorFlow's devices initialised) without
-    TensorFlow's start-up lines on stderr: they are caught at the file descriptor, those of
-    STARTUP_NOISE dropped, the others written once each. TRANSFORMER_VERBOSE=1 shows them all."""
-    if "keras" in sys.modules or os.environ.get("TRANSFORMER_VERBOSE") == "1":
-        import keras
-        return keras
+@contextlib.contextmanager
+def startup_lines_caught():
+    """TensorFlow's start-up lines written to stderr inside the block are caught at the file
+    descriptor: those of STARTUP_NOISE dropped, the others written once each at its end."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
         try:
-            import keras
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
-                tf.config.list_physical_devices()  # probes CUDA now, inside the catch
+            yield
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -55,6 +49,26 @@ def import_keras():
             kept = [line for line in dict.fromkeys(lines) if line.strip() and not STARTUP_NOISE.fullmatch(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+_devices_probed = False  # by import_keras, in this process
+
+
+def import_keras():
+    """keras, imported (with its backend, and TensorFlow's devices initialised) without
+    TensorFlow's start-up lines on stderr (startup_lines_caught). TRANSFORMER_VERBOSE=1 shows them
+    all. Keras imported before (by a notebook, or a process this one was forked from) is probed for
+    its devices here all the same, so their lines are caught too."""
+    global _devices_probed
+    if _devices_probed or os.environ.get("TRANSFORMER_VERBOSE") == "1":
+        import keras
+        return keras
+    with startup_lines_caught():
+        import keras
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+            tf.config.list_physical_devices()  # probes CUDA now, inside the catch
+    _devices_probed = True
     return keras
 
 

@@ -12,6 +12,8 @@ import typing
 
 import pytest
 
+import script_runner
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 sys.path.insert(0, ROOT)
@@ -47,10 +49,23 @@ def tiny_corpus(tmp_path):
     return raw
 
 
+RUNNER = script_runner.Runner()  # this test process's fork server, started on first use
+
+
 def run_script(*args, cwd=ROOT, timeout=600):
-    """Run one of the project's scripts with this interpreter; returns the CompletedProcess."""
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    """Run one of the project's scripts with this interpreter; returns the CompletedProcess. A
+    script file runs in a process forked from a server that has Keras imported already
+    (script_runner: seconds less a run); TESTS_FRESH_INTERPRETERS=1 starts a fresh interpreter for
+    every run instead."""
+    import tempfile
+
+    command = [sys.executable, *map(str, args)]
+    if args and str(args[0]).endswith(".py") and os.environ.get("TESTS_FRESH_INTERPRETERS") != "1":
+        with tempfile.TemporaryDirectory() as scratch:
+            done = RUNNER.run(command[1], command[2:], str(cwd), timeout, scratch)
+        if done is not None:
+            return subprocess.CompletedProcess(command, *done)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def assert_one_line_error(run, pattern):

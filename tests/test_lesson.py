@@ -58,7 +58,7 @@ def test_the_lesson_runs_and_shows_what_it_says(executed):
     beam = shown["beam"][0]
     assert beam.split("beam search: ")[1].split(" (log-probability")[0] == beam.split("compiled:    ")[1].strip()
     assert "epoch 30:" in shown["train"][0] and shown["train"][1] == 1
-    assert "--positional none  dev loss" in shown["change"][0]
+    assert "--positional none  epoch 15: dev loss" in shown["change"][0]
 
 
 def test_the_lesson_defines_none_of_the_projects_layers_or_functions():
