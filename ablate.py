@@ -214,7 +214,9 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
              f"{hp.alpha:g}), and the dev loss, each the mean over the row's seeds. The difference is "
              f"the row's beam BLEU minus the preset's; a difference no larger than the seeds' spread "
              f"(the larger of the two rows' max - min) is called within it. Minutes are the wall time "
-             f"of training one seed, evaluation after each epoch included.", "",
+             f"of training one seed, evaluation after each epoch included: they rise with whatever else "
+             f"the machine runs meanwhile, so they are a guide to cost, not a speed measurement "
+             f"(docs/speed.md measures speed, side by side).", "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}."
