@@ -1,8 +1,8 @@
-"""Pictures a person reads: how a training run went (loss, dev BLEU, learning rate per epoch) and
-what a model attends to (runs.attention_maps), as PNG files. plot.py and attention.py are their
-command lines; train.py redraws <logdir>/history.png after every epoch. Figures are drawn on
-matplotlib's Figure, not through pyplot, so that no backend is chosen or switched (a notebook that
-imports these keeps its own).
+"""Pictures a person reads: how a training run went (loss, dev BLEU, learning rate per epoch; several
+runs in one picture to compare them) and what a model attends to (runs.attention_maps), as PNG
+files. plot.py and attention.py are their command lines; train.py redraws <logdir>/history.png
+after every epoch. Figures are drawn on matplotlib's Figure, not through pyplot, so that no backend
+is chosen or switched (a notebook that imports these keeps its own).
 """
 import json
 
@@ -39,22 +39,34 @@ def read_history(path):
 
 def plot_history(epochs, output):
     """Write the panels of PANELS for epochs (read_history) to the PNG file output."""
+    return plot_runs([(None, epochs)], output)
+
+
+def plot_runs(runs, output):
+    """Write the panels of PANELS for several runs, [(label, epochs)], to the PNG file output: a
+    colour for each run, a line style for each series (solid the first, dashed the second). One run
+    with label None: a colour for each series, as plot_history draws it."""
     from matplotlib.figure import Figure  # not pyplot: no backend to choose, none switched for a notebook
 
-    panels = [(title, [(key, label) for key, label in series if any(key in e for e in epochs)])
+    panels = [(title, [(key, label) for key, label in series if any(key in e for _, epochs in runs for e in epochs)])
               for title, series in PANELS]
     panels = [(title, series) for title, series in panels if series]
-    fig = Figure(figsize=(4.5 * len(panels), 3.6))
+    fig = Figure(figsize=(4.5 * len(panels), 3.6 if len(runs) == 1 else 4.2))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (title, series) in zip(axes[0], panels):
-        for key, label in series:
-            points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
-            ax.plot(*zip(*points), marker="o", markersize=3, label=label)
+        for run, (name, epochs) in enumerate(runs):
+            for number, (key, label) in enumerate(series):
+                points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
+                if not points:
+                    continue
+                style = {} if name is None else dict(color=f"C{run % 10}", linestyle=("-", "--", ":")[number % 3])
+                ax.plot(*zip(*points), marker="o", markersize=3, label=label if name is None else f"{name}: {label}",
+                        **style)
         ax.set_title(title)
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
-        if len(series) > 1:
-            ax.legend()
+        if len(series) > 1 or len(runs) > 1:
+            ax.legend(fontsize="small" if len(runs) > 1 else None)
     fig.tight_layout()
     with atomic_write(output) as tmp:
         fig.savefig(tmp, dpi=100, format="png")

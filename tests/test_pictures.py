@@ -25,6 +25,34 @@ def test_plot_draws_a_history(tmp_path):
     assert_one_line_error(run_script("plot.py", str(tmp_path / "none")), r"none/history\.jsonl: no training history")
 
 
+
+def test_plot_draws_several_runs_in_one_picture(tmp_path, monkeypatch):
+    """Runs to compare: one picture, a legend entry per run and series; a run without a BLEU
+    column (another program's history) still draws its losses."""
+    for name, scale in (("a", 1.0), ("b", 1.2)):
+        (tmp_path / name).mkdir()
+        epochs = [{"epoch": e, "train_loss": scale * 5.0 / e, "dev_loss": scale * 5.5 / e,
+                   **({"dev_bleu_reference": 2.9 * e} if name == "a" else {})} for e in range(1, 4)]
+        (tmp_path / name / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    out = tmp_path / "both.png"
+    run = run_script("plot.py", *runs, "--labels", "ours", "reference", "--output", str(out))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert out.read_bytes().startswith(PNG) and "3 epochs, 3 epochs" in run.stdout
+    from pictures import plot_runs, read_history
+    import matplotlib.figure
+    drawn, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: drawn.append(fig) or savefig(fig, *a, **k))
+    plot_runs([("ours", read_history(runs[0] + "/history.jsonl")),
+               ("reference", read_history(runs[1] + "/history.jsonl"))], str(tmp_path / "c.png"))
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in drawn[0].axes]
+    assert legends == [["ours: train (label-smoothed)", "ours: dev", "reference: train (label-smoothed)",
+                        "reference: dev"], ["ours: the reference's way"]]
+    assert_one_line_error(run_script("plot.py", *runs), r"2 runs make one picture: .*--output")
+    assert_one_line_error(run_script("plot.py", *runs, "--labels", "x", "--output", str(out)),
+                          r"--labels: 1 names for 2 runs")
+
 def test_training_draws_its_history(quick_start):
     runs = quick_start.runs
     assert runs[1].returncode == 0, runs[1].stderr[-2000:]
