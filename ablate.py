@@ -15,7 +15,8 @@ finished is not trained again, an interrupted one resumes where it stopped (trai
 its checkpoints), and each run's scores are kept in its folder (ablation.json), so the command can
 be stopped and started again at any point. Settings after the options (`--name value`) apply to
 every run (the dry run above trains one epoch). Everything is measured on dev: the table is for
-choosing, and test figures are not computed here.
+choosing, and test figures are not computed here. The table's document is rewritten down to its
+first `## ` heading; sections from there on are the document's own (written by hand) and are kept.
 """
 import argparse
 import datetime
@@ -234,7 +235,19 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
         lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} | "
                      f"{row['spread']:.2f} | {row['loss']:.3f} | {row['minutes']:.1f} | "
                      f"{row['difference']:+.2f} | {row['verdict']} |")
-    write_text(path, "\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n" + kept_sections(path))
+
+
+def kept_sections(path):
+    """The part of an existing table document from its first `## ` heading on (sections written by
+    hand, such as the comparison with the reference's code), with a blank line before it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    found = re.search(r"^## ", text, re.M)
+    return "\n" + text[found.start():] if found else ""
 
 
 def main(argv=None):

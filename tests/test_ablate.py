@@ -1,5 +1,6 @@
 """ablate.py's bookkeeping on the sample preset, one epoch a run: an interrupted run resumes, the
-table and its picture are written, and a second call trains and evaluates nothing again."""
+table and its picture are written (a section written by hand below it kept), and a second call
+trains and evaluates nothing again."""
 import json
 import os
 import re
@@ -38,12 +39,15 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
     assert json.loads((interrupted / "ablation.json").read_text()) == scores
     assert os.path.getsize(table) > 0
+    own = "## Written by hand\n\nKept when the table is written again.\n"
+    table.write_text(table.read_text(encoding="utf-8") + "\n" + own, encoding="utf-8")
     report = run_script("ablate.py", *common[:3], "pre_norm,no_positions", *common[4:], "--report")
     assert report.returncode == 0, report.stderr[-3000:]
     assert "train.py" not in report.stdout and "not trained yet" in report.stdout
     text = table.read_text(encoding="utf-8")
     assert "| pre_norm |" in text and "| no_positions |" not in text
     assert "Runs not finished yet: 1 of 3;" in text and "python ablate.py --preset sample --only" in text
+    assert text.endswith("|\n\n" + own) and text.count("## Written by hand") == 1  # the document's own section
     bad = run_script("ablate.py", "--only", "no_such_row", "--runs", str(runs))
     assert bad.returncode == 2 and "unknown variant no_such_row" in bad.stderr
 
