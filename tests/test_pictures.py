@@ -49,6 +49,14 @@ def test_plot_draws_several_runs_in_one_picture(tmp_path, monkeypatch):
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in drawn[0].axes]
     assert legends == [["ours: train (label-smoothed)", "ours: dev", "reference: train (label-smoothed)",
                         "reference: dev"], ["ours: the reference's way"]]
+    table = run_script("plot.py", *runs, "--labels", "ours", "reference", "--table", "--columns",
+                       "dev_loss,dev_bleu_reference")
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert table.stdout.splitlines()[:3] == [
+        "| epoch | ours dev_loss | ours dev_bleu_reference | reference dev_loss | reference dev_bleu_reference |",
+        "|---|---|---|---|---|", "| 1 | 5.500 | 2.90 | 6.600 |  |"]
+    assert_one_line_error(run_script("plot.py", *runs, "--table", "--columns", "bleu"),
+                          r"--columns: no run's history has bleu")
     assert_one_line_error(run_script("plot.py", *runs), r"2 runs make one picture: .*--output")
     assert_one_line_error(run_script("plot.py", *runs, "--labels", "x", "--output", str(out)),
                           r"--labels: 1 names for 2 runs")
