@@ -73,10 +73,13 @@ def plot_runs(runs, output):
     return output
 
 
+CLIPPED_BEYOND = 12.0  # BLEU: plot_ablations cuts bars longer than this at the axis's edge
+
+
 def plot_ablations(rows, output):
     """A bar per ablation row (ablate.summarize): its dev BLEU difference to the baseline, with
     the seeds' spread as an error bar (the larger of the row's and the baseline's), written to the
-    PNG file output."""
+    PNG file output. A bar longer than CLIPPED_BEYOND ends at the axis's edge with its value on it."""
     from matplotlib.figure import Figure
 
     names = [n for n, row in rows.items() if row["verdict"] != "the baseline"]
@@ -85,9 +88,19 @@ def plot_ablations(rows, output):
     noise = [max(rows[n]["spread"], base["spread"]) for n in names]
     colors = ["tab:green" if rows[n]["verdict"] == "better" else "tab:red" if rows[n]["verdict"] == "worse"
               else "tab:gray" for n in names]
+    # A difference far beyond the others (a row that breaks training) would squeeze them to
+    # nothing: the axis ends past the others, and such a bar ends at its edge with its value on it.
+    limit = 1.15 * max([abs(d) + n for d, n in zip(differences, noise) if abs(d) <= CLIPPED_BEYOND] + [2.0])
     fig = Figure(figsize=(7, 0.35 * len(names) + 1.4))
     ax = fig.subplots()
-    ax.barh(range(len(names)), differences, xerr=noise, color=colors, capsize=3)
+    shown = [max(-limit, min(limit, d)) for d in differences]
+    ax.barh(range(len(names)), shown, xerr=[0.0 if s != d else n for s, d, n in zip(shown, differences, noise)],
+            color=colors, capsize=3)
+    for y, (s, d) in enumerate(zip(shown, differences)):
+        if s != d:
+            ax.text(s * 0.97, y, f"{d:+.1f} (bar cut)", va="center", ha="left" if d < 0 else "right", color="white",
+                    fontsize=8, fontweight="bold")
+    ax.set_xlim(-limit if min(shown) < 0 else -0.1 * limit, limit if max(shown) > 0 else 0.1 * limit)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0.0, color="black", linewidth=0.8)

@@ -91,3 +91,22 @@ def test_attention_script_writes_a_png(quick_start, tmp_path):
     assert run.stdout.splitlines()[0]  # the translation
     assert_one_line_error(run_script("attention.py", *dirs, "--output", str(tmp_path / "no" / "a.png"), "Hallo."),
                           r"no/a\.png: its folder .* does not exist")
+
+
+def test_an_ablation_bar_far_beyond_the_others_is_cut_with_its_value_written(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from pictures import plot_ablations
+    drawn, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: drawn.append(fig) or savefig(fig, *a, **k))
+    rows = {"preset": dict(verdict="the baseline", beam=41.5, spread=0.3, difference=0.0),
+            "broken": dict(verdict="worse", beam=3.4, spread=0.1, difference=-38.1),
+            "small": dict(verdict="worse", beam=40.0, spread=0.5, difference=-1.5),
+            "beam": dict(verdict="better", beam=41.9, spread=0.2, difference=0.4)}
+    plot_ablations(rows, str(tmp_path / "a.png"))
+    ax = drawn[0].axes[0]
+    left, right = ax.get_xlim()
+    assert -5 < left < -2 and 2 <= right < 5  # the small bars fill the axis
+    assert [t.get_text() for t in ax.texts] == ["-38.1 (bar cut)"]
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG)
