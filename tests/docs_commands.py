@@ -18,7 +18,10 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
   (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), ablate.py one seed of
   such runs, and a benchmark measures two steps of that model; the quick start runs exactly as
   typed (the other tests use its model);
-- a command that the pages repeat word for word runs once (Checkout.run_command).
+- a command that the pages repeat word for word runs once (Checkout.run_command);
+- XLA compiles with its backend optimisations off (`XLA_FLAGS=--xla_backend_optimization_level=0`:
+  conftest.XLA_FLAGS): only the commands on the JAX backend use XLA, and on the tiny
+  models compiling is most of their time.
 
 What is not run, and why: SKIPPED (by the command's first words) and blocks under an "Archive"
 heading (the code of their own commit, which is the rule that heading states).
@@ -29,7 +32,7 @@ import shlex
 import subprocess
 import sys
 
-from conftest import run_script
+from conftest import XLA_FLAGS, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", "PORTING.md", *sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
@@ -176,7 +179,7 @@ class Checkout:
         return self
 
     def run_command(self, block, command):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=XLA_FLAGS)
         if block.language == "python":
             argv, shown = [sys.executable, "-c", command], f"the Python block at {block.id}"
         else:

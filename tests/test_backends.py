@@ -10,15 +10,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, XLA_FLAGS
 
 pytest.importorskip("jax")
-
-
-# XLA compiles these tiny models with its LLVM optimisations off: compiling, not running, is most of
-# their time (about a fifth less with them off), and what the tests check, the results of the
-# project's code, does not depend on how well the machine code is optimised.
-XLA_FLAGS = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
 
 
 def run(*args, timeout=900, **env):
