@@ -44,13 +44,12 @@ def main(argv=None):
     if len(logdirs) > 1 and not args.output and not args.table:
         raise UserError(f"{len(logdirs)} runs make one picture: say where it goes with --output PATH.png")
     histories = [read_history(os.path.join(logdir, "history.jsonl")) for logdir in logdirs]
+    runs = list(zip(args.labels or logdirs, histories))
     if args.table:
-        print(markdown_table(list(zip(args.labels or logdirs, histories)), args.columns.split(",")), end="")
+        print(markdown_table(runs, args.columns.split(",")), end="")
         return
-    if len(logdirs) == 1:
-        runs = [(args.labels[0] if args.labels else None, histories[0])]
-    else:
-        runs = list(zip(args.labels or logdirs, histories))
+    if len(runs) == 1 and not args.labels:
+        runs = [(None, histories[0])]  # one unnamed run: a colour for each series, as train.py draws it
     output = plot_runs(runs, args.output or os.path.join(logdirs[0], "history.png"))
     print(f"wrote {output} ({', '.join(f'{len(epochs)} epochs' for epochs in histories)})")
 
