@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from utils import UserError
+from utils import UserError, optional
 
 # A logit that never wins: the ids the port's decoding never chooses
 NEVER = -1e9
@@ -66,7 +66,7 @@ def ctranslate2_spec(model, pieces):
     """The CTranslate2 TransformerSpec of a trained Transformer (ReLU, absolute positions; the
     layer norms after or before each sublayer, the embeddings scaled or not, shared or not, as the
     model has them) over the vocabulary pieces (a list: id -> piece)."""
-    from ctranslate2.specs import transformer_spec
+    transformer_spec = optional("ctranslate2.specs.transformer_spec", "export")
     from keras import ops
 
     import data_load
@@ -114,7 +114,7 @@ def ctranslate2_spec(model, pieces):
 
 def write_ctranslate2(model, pieces, output, quantization=None):
     """Write the CTranslate2 model folder of a Transformer over the vocabulary pieces (id -> piece)."""
-    import ctranslate2
+    ctranslate2 = optional("ctranslate2", "export")
 
     class Converter(ctranslate2.converters.Converter):
         def _load(self):
@@ -139,7 +139,7 @@ def export_saved_model(translator, output):
     tensor of sentences to their greedy translations."""
     import keras
     import tensorflow as tf
-    import tensorflow_text as tf_text
+    tf_text = optional("tensorflow_text", "export")
 
     import data_load
     from decoding import greedy_loop

@@ -80,6 +80,18 @@ class UserError(Exception):
     """
 
 
+def optional(module, group):
+    """Import an optional package (requirements/<group>.txt), or stop with a UserError that says how
+    to install it: `bash setup.sh` installs the core only."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        package = module.split(".")[0]
+        raise UserError(f"{package} is not installed (it is in the optional group '{group}', which `bash setup.sh` "
+                        f"leaves out): run `bash setup.sh {group}` to add it ({e})") from None
+
+
 # What to do about a file-system error, by errno
 FILE_SYSTEM_ADVICE = {
     errno.ENOSPC: "free some space there or choose another directory; what was finished is kept",

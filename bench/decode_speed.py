@@ -34,7 +34,7 @@ import common  # noqa: E402  (bench/common.py)
 import data_load  # noqa: E402
 import decoding  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import run_cli, section  # noqa: E402
+from utils import optional, run_cli, section  # noqa: E402
 
 
 def sources(hp, n, source_length, vocab_size, seed):
@@ -69,9 +69,8 @@ def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, th
     tokens, outputs as id lists)}; a warm-up batch each first."""
     import tempfile
 
-    import ctranslate2
-
     from serving import write_ctranslate2
+    ctranslate2 = optional("ctranslate2", "export")
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, model.vocab_size)]
     index = {p: i for i, p in enumerate(pieces)}

@@ -32,6 +32,7 @@ def marked_tests(path):
 MARKED = ["tests/test_modules.py", "tests/test_model.py", "tests/test_decoding.py"]
 
 
+@pytest.mark.slow
 def test_the_backend_specific_tests_pass_on_jax():
     # one process for the three files: JAX, TensorFlow and the shared fixtures start once
     done = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "jax", *MARKED, KERAS_BACKEND="jax")
@@ -42,19 +43,20 @@ def test_the_backend_specific_tests_pass_on_jax():
     assert "failed" not in summary and "error" not in summary, summary
 
 
+@pytest.mark.slow
 def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
     prepro_dir, logdir = str(tmp_path / "prepro"), str(tmp_path / "log")
     common = ["--prepro_dir", prepro_dir, "--logdir", logdir]
-    no_tf = os.path.join("tests", "no_tensorflow.py")
+    no_tf = [os.path.join("tests", "without.py"), "tensorflow"]
     for args in (["prepro.py"], ["train.py", "--num_epochs", "1", "--eval_sentences", "5"], ["eval.py"]):
-        done = run(no_tf, *args, *(common[:2] if args[0] == "prepro.py" else common), KERAS_BACKEND="jax")
+        done = run(*no_tf, *args, *(common[:2] if args[0] == "prepro.py" else common), KERAS_BACKEND="jax")
         assert done.returncode == 0, f"{args[0]}: " + done.stdout[-2000:] + done.stderr[-3000:]
         if args[0] == "train.py":
             assert "backend jax" in done.stdout and "XLA on" in done.stdout, done.stdout[-2000:]
             assert "epoch 1: train loss" in done.stdout
         if args[0] == "eval.py":
             assert "BLEU test sacreBLEU = " in done.stdout
-    done = subprocess.run([sys.executable, no_tf, "translate.py", *common], cwd=ROOT,
+    done = subprocess.run([sys.executable, *no_tf, "translate.py", *common], cwd=ROOT,
                           input="Ein Mann fährt Fahrrad.\n\n", capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=XLA_FLAGS))
     assert done.returncode == 0, done.stderr[-3000:]
