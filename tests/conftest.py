@@ -165,23 +165,66 @@ class QuickStart(typing.NamedTuple):
         return [run for _, run in self.commands]
 
 
+def quick_start_key():
+    """A digest of what the quick start's results depend on: the project's code and sample corpus,
+    the test runner's own files, the packages' versions, Python and the CPU's instruction sets."""
+    import hashlib
+    import platform
+
+    import keras
+    digest = hashlib.sha256(f"{sys.version} {keras.__version__} {platform.machine()}".encode())
+    files = subprocess.run(["git", "ls-files", "*.py", "corpora", "README.md", "requirements"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.split()
+    for name in sorted(files):
+        digest.update(name.encode())
+        with open(os.path.join(ROOT, name), "rb") as f:
+            digest.update(f.read())
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            digest.update(next((line for line in f if line.startswith("flags")), "").encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def quick_start(tmp_path_factory, worker_id):
     """The README's quick start (the sample preset: prepro, train, eval), run as typed in a scratch
     checkout once for the whole session (the first test process to need it runs it, the other
-    waits and reads what it left); the other tests use the model it trains."""
+    waits and reads what it left); the other tests use the model it trains.
+
+    What it made is kept in .test-cache/ under a digest of the code and the environment
+    (quick_start_key), so the next session of the same code (`bash test.sh slow` after `bash
+    test.sh`) starts from a copy of it instead of training the same model again; each session
+    works on its own copy. TESTS_FRESH_QUICK_START=1 trains it anew."""
     import docs_commands
     shared = tmp_path_factory.getbasetemp()
     shared = shared if worker_id == "master" else shared.parent  # the folder every test process shares
     root, untouched, saved = shared / "quick_start", shared / "quick_start_untouched", shared / "quick_start.json"
+    cache = pathlib.Path(ROOT, ".test-cache", "quick_start-" + quick_start_key())
     with locked(shared / "quick_start.lock"):
         if not saved.exists():
             root.mkdir()
-            done = docs_commands.Checkout(root, "README.md").run(docs_commands.quick_start_block())
-            for folder in ("prepro", "log"):
-                shutil.copytree(root / folder, untouched / folder)
-            saved.write_text(json.dumps([[command, run.args, run.returncode, run.stdout, run.stderr]
-                                         for command, run in done]))
+            if (cache / "quick_start.json").exists() and os.environ.get("TESTS_FRESH_QUICK_START") != "1":
+                docs_commands.Checkout(root, "README.md")  # the project linked in, the user's files
+                for folder in ("prepro", "log"):
+                    shutil.copytree(cache / folder, root / folder)
+                    shutil.copytree(cache / folder, untouched / folder)
+                shutil.copy(cache / "quick_start.json", saved)
+            else:
+                done = docs_commands.Checkout(root, "README.md").run(docs_commands.quick_start_block())
+                for folder in ("prepro", "log"):
+                    shutil.copytree(root / folder, untouched / folder)
+                saved.write_text(json.dumps([[command, run.args, run.returncode, run.stdout, run.stderr]
+                                             for command, run in done]))
+                if all(run.returncode == 0 for _, run in done):
+                    keep = cache.with_name(cache.name + f".tmp{os.getpid()}")
+                    shutil.rmtree(keep, ignore_errors=True)
+                    for folder in ("prepro", "log"):
+                        shutil.copytree(untouched / folder, keep / folder)
+                    shutil.copy(saved, keep / "quick_start.json")
+                    for older in cache.parent.glob("quick_start-*"):  # of other code: no use now
+                        if older != keep:
+                            shutil.rmtree(older, ignore_errors=True)
+                    os.replace(keep, cache)  # whole or not at all
     commands = [(command, subprocess.CompletedProcess(args, code, out, err))
                 for command, args, code, out, err in json.loads(saved.read_text())]
     prepro, log = root / "prepro" / "sample", root / "log" / "sample"

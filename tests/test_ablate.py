@@ -6,6 +6,8 @@ import os
 import re
 import signal
 
+import pytest
+
 from ablate import wall_seconds
 from conftest import run_script
 
@@ -13,6 +15,7 @@ from conftest import run_script
 EXTRA = ["--num_epochs", "1", "--tokens_per_batch", "256", "--save_every_steps", "5", "--eval_sentences", "5"]
 
 
+@pytest.mark.slow
 def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp_path):
     runs, table = tmp_path / "runs", tmp_path / "ablations.md"
     common = ["--preset", "sample", "--only", "pre_norm", "--seeds", "1", "--runs", str(runs), "--output", str(table),

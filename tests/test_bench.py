@@ -7,6 +7,7 @@ import pytest
 from conftest import run_script
 
 
+@pytest.mark.slow
 def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     prepro_dir = str(quick_start.prepro)
     train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
@@ -32,6 +33,7 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert bad.returncode == 2 and "not divisible by num_heads 5" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["keras", "keras_bf16", "torch"])
 def test_benchmark_yardsticks_learn(name):
     """The bench's plain Keras and PyTorch models train: their loss on one batch falls."""

@@ -152,6 +152,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
 """
 
 
+@pytest.mark.slow
 def test_large_tensors_reuse_memory_instead_of_page_faulting():
     """utils turns on TensorFlow's BFC CPU allocator: 65 MB temporaries (the logits' size at 2,048
     tokens and 8k pieces) are not page-faulted in anew every step, as with malloc's fresh maps."""

@@ -54,6 +54,7 @@ def test_beam_size_one_is_greedy(copy_model, kernels):
     np.testing.assert_allclose(g_scores, b_scores, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_beam_search_score_is_never_below_greedy(copy_model, kernels):
     m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]
     x, _, _ = batch(100)
@@ -89,6 +90,7 @@ def gnmt_penalty(length, alpha):
     return ((5.0 + length) / 6.0) ** alpha
 
 
+@pytest.mark.slow
 @pytest.mark.jax
 def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(kernels):
     """A model over 6 ids, of which <unk>, </s>, 4 and 5 can be chosen (<pad> and <s> never), and
@@ -125,6 +127,7 @@ def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(kernels
     assert (best[0.0] != best[1.0]).any() and (best[1.0] != best[3.0]).any()
 
 
+@pytest.mark.slow
 def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, kernels):
     """At ordinary beam sizes, on a trained model, each returned log-probability is the model's own
     score of the returned ids (a score of another hypothesis, or a cache read from the wrong
@@ -141,6 +144,7 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, ker
         assert (scores < -0.1).sum() >= 5  # some outputs the model is unsure of
 
 
+@pytest.mark.slow
 @pytest.mark.jax
 def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeypatch):
     """A learner's edit to DecoderBlock.call (here another residual: the block's input added to its

@@ -75,12 +75,14 @@ def single_jax(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(single, tmp_path):
     out = finish(launch(tmp_path / "mirrored.npz", "mirrored", args=("--cpus", "2")))
     assert "strategy mirrored (2 replica(s))" in out
     assert_same_training(tmp_path / "mirrored.npz", single)
 
 
+@pytest.mark.slow
 def test_jax_data_parallel_on_two_host_devices_matches_one_device(single_jax, tmp_path):
     flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = finish(launch(tmp_path / "jax.npz", "auto", backend="jax", extra_env=flags))
@@ -98,6 +100,7 @@ def free_ports(n):
     return ports
 
 
+@pytest.mark.slow
 def test_two_workers_on_localhost_match_one_device(single, tmp_path):
     workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
     processes = []

@@ -41,6 +41,7 @@ def test_reference_outputs_score_as_published():
         assert round(scores["sacrebleu"], 2) == sacre
 
 
+@pytest.mark.slow
 def test_eval_beam_search_and_checkpoint_averaging(quick_start):
     dirs = quick_start.dirs
     run = run_script("eval.py", *dirs, "--beam_size", "4", "--average_last", "3")
@@ -51,6 +52,7 @@ def test_eval_beam_search_and_checkpoint_averaging(quick_start):
     assert too_many.returncode == 2 and "only 5 checkpoints" in too_many.stderr
 
 
+@pytest.mark.slow
 def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_start):
     import numpy as np
 
@@ -104,6 +106,7 @@ def test_a_broken_hparams_json_is_a_one_line_error_naming_the_line(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monkeypatch, capsys):
     """As the reference's evaluation: a dev sentence three times maxlen1 (50) is translated as one
     sequence, not cut into pieces (translate.py still cuts, with a note)."""

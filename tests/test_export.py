@@ -61,6 +61,7 @@ def agreement(got, expected):
     return same / len(expected)
 
 
+@pytest.mark.slow
 def test_saved_model_translates_as_translate_py(quick_start, sample_lines, tmp_path):
     dirs = quick_start.dirs
     lines, expected = sample_lines
@@ -74,6 +75,7 @@ def test_saved_model_translates_as_translate_py(quick_start, sample_lines, tmp_p
                           r"sm exists; pass --force")
 
 
+@pytest.mark.slow
 def test_ctranslate2_translates_as_translate_py(quick_start, sample_lines, tmp_path):
     dirs = quick_start.dirs
     lines, expected = sample_lines

@@ -218,6 +218,7 @@ def test_fused_adam_runs_the_fused_kernel(monkeypatch):
         assert type(m.optimizer) is adam
 
 
+@pytest.mark.slow
 def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
     """Beam search keeping caches in place returns the ids and scores of the plain beam search,
     which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""

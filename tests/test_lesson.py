@@ -42,6 +42,7 @@ def executed(tmp_path_factory):
     return {cell.id: cell for cell in make_lesson.execute(nb, copy).cells}
 
 
+@pytest.mark.slow
 def test_the_lesson_runs_and_shows_what_it_says(executed):
     shown = {name: texts(cell) for name, cell in executed.items() if cell.cell_type == "code"}
     assert sum(pictures for _, pictures in shown.values()) >= 8

@@ -38,6 +38,7 @@ def other_corpus(folder):
     return folder
 
 
+@pytest.mark.slow
 def test_a_copied_log_directory_translates_without_prepro_and_ignores_a_new_vocabulary(copied, tmp_path):
     logdir, prepro = copied
     before = translate(logdir)
@@ -102,6 +103,7 @@ def test_one_training_run_per_log_directory_and_sigkill_leaves_no_stale_lock(tmp
     lock_directory(str(tmp_path / "log")).close()  # the kernel released it
 
 
+@pytest.mark.slow
 def test_resuming_keeps_the_runs_settings_and_records_allowed_changes(copied, quick_start):
     logdir, _ = copied
     saved = (logdir / "hparams.json").read_bytes()
@@ -190,6 +192,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(where)])
 
 
+@pytest.mark.slow
 def test_training_on_a_full_disk_is_one_line_and_keeps_only_whole_files(quick_start, small_disk):
     prepro = quick_start.prepro
     run = run_script("train.py", "--logdir", str(small_disk / "log"), "--prepro_dir", str(prepro), "--num_epochs", "2",
@@ -214,6 +217,7 @@ def test_a_read_only_log_directory_is_one_line(copied):
         os.chmod(logdir, 0o755)
 
 
+@pytest.mark.slow
 def test_translate_prints_each_line_as_it_arrives_from_an_open_pipe(copied, tmp_path):
     logdir, _ = copied
     run = subprocess.Popen([sys.executable, "translate.py", "--logdir", str(logdir)], cwd=ROOT, text=True,

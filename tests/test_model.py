@@ -76,6 +76,7 @@ def test_output_ids_give_those_columns_of_the_full_logits(tmp_path):
     assert [label_map[i] for i in OUTPUT_IDS] == list(range(9)) and label_map[7] == 1  # 7: no column, <unk>
 
 
+@pytest.mark.slow
 @pytest.mark.jax
 def test_decoding_with_output_ids_returns_ids_and_their_scores():
     """Greedy (cached, uncached) and beam search of a model whose logits cover OUTPUT_IDS return ids
@@ -143,6 +144,7 @@ def test_auto_precision_is_bfloat16_only_on_a_cpu_with_bfloat16_instructions(tmp
     assert devices.cpu_flags(str(tmp_path / "missing")) == set()
 
 
+@pytest.mark.slow
 @pytest.mark.jax
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_trains_with_float32_logits_and_loss_scaling(policy):
@@ -270,6 +272,7 @@ def test_compile_model_wires_the_smoothing_and_adams_constants(smoothing, beta_2
         np.testing.assert_allclose(ops.convert_to_numpy(v), want, rtol=2e-5, atol=1e-7, err_msg=v.path)
 
 
+@pytest.mark.slow
 @pytest.mark.jax
 def test_learned_positions_save_load_and_decode_from_the_right_offsets(tmp_path):
     """The reference's legacy learned positions: a saved model loads with them, and cached decoding

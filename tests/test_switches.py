@@ -85,6 +85,7 @@ def trained():
     return models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pre_norm", "all"])
 def test_switched_models_train_and_decode_alike_on_every_path(trained, name):
     """Trained with the switches on, a model learns (its loss falls well below the uniform
@@ -103,6 +104,7 @@ def test_switched_models_train_and_decode_alike_on_every_path(trained, name):
     np.testing.assert_array_equal(beams[0], beams[1])
 
 
+@pytest.mark.slow
 def test_a_switched_model_translates_the_same_in_ctranslate2(trained, tmp_path):
     """The CTranslate2 export follows the switches (pre-norm with each stack's final norm, no
     positions, unscaled and separate embeddings): its greedy outputs are ours."""

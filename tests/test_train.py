@@ -80,6 +80,7 @@ def start_and_wait_for_step_checkpoint(prepro_dir, logdir):
     return process
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_run(baseline, tmp_path):
     prepro_dir, reference = baseline
     again = train(prepro_dir, tmp_path / "again")
@@ -87,6 +88,7 @@ def test_same_seed_gives_the_same_run(baseline, tmp_path):
     assert_same_run(tmp_path / "again", reference)  # bit for bit on the CPU
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_finishes_as_if_never_stopped(baseline, tmp_path):
     """Killed right after the checkpoint of step 30 (epoch 2, batch 6 of 24: the epoch's loss so far
     travels in that checkpoint), then resumed: the same run, bit for bit."""
@@ -104,6 +106,7 @@ def test_sigkill_mid_epoch_then_resume_finishes_as_if_never_stopped(baseline, tm
     assert not glob.glob(os.path.join(logdir, "ckpt", "steps", "*.keras"))  # superseded by epoch checkpoints
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits(baseline, tmp_path):
     prepro_dir, reference = baseline
     logdir = tmp_path / "terminated"
@@ -121,6 +124,7 @@ def test_sigterm_saves_a_checkpoint_and_exits(baseline, tmp_path):
     assert_same_run(logdir, reference)
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_and_leaves_the_last_checkpoint_untouched(baseline, tmp_path):
     prepro_dir, reference = baseline
     logdir = tmp_path / "diverged"
@@ -181,6 +185,7 @@ def test_quick_start_end_to_end(quick_start):
     assert text.rstrip().splitlines()[-2:] == last  # the scores end the results file
 
 
+@pytest.mark.slow
 def test_training_resumes_from_the_newest_checkpoint(quick_start, tmp_path):
     import shutil
     log = tmp_path / "log"  # a copy: the other tests keep the quick start's 30 epochs

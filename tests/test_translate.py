@@ -3,9 +3,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, assert_one_line_error, run_script
 
 
+@pytest.mark.slow
 def test_translate_round_trip(quick_start, tmp_path):
     """stdin -> stdout on the sample model: one line out per line in, empty lines kept."""
     import subprocess
@@ -43,6 +46,7 @@ def test_split_long_keeps_every_token(quick_start):
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
 
 
+@pytest.mark.slow
 def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""
     dirs = quick_start.dirs
@@ -74,6 +78,7 @@ def test_stdin_that_is_not_utf8_is_a_one_line_error_naming_the_line(quick_start)
     assert run.stdout == b"" and len(run.stderr.strip().splitlines()) == 1  # before Keras loads: nothing else
 
 
+@pytest.mark.slow
 def test_translate_from_a_pipe_says_nothing_on_stderr(quick_start):
     """TensorFlow's C++ start-up lines (oneDNN, CUDA probing on a machine without a GPU) and the
     progress bar stay out of a piped run's stderr; TRANSFORMER_VERBOSE=1 shows the start-up lines."""
@@ -91,6 +96,7 @@ def test_translate_from_a_pipe_says_nothing_on_stderr(quick_start):
     assert loud.returncode == 0 and loud.stdout == quiet.stdout and loud.stderr.strip()
 
 
+@pytest.mark.slow
 def test_translator_api_matches_the_script(quick_start):
     """Translator: loaded once, a list in one call, the same lines as translate.py prints."""
     import subprocess
