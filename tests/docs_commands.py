@@ -13,19 +13,25 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
   data/multi30k in Multi30k's file names, data/iwslt2016 in the IWSLT release's format,
   my_corpus as en/fr (the sample's German stands in for French), de.txt the sample test sentences;
   my_ja_en is a Japanese-English corpus written here with thousands of distinct characters;
-- `--download` is dropped: data/<preset> already holds the files (these machines have no network);
+- `--download` is dropped: data/<preset> already holds the files (the tests do not use the network);
 - every train.py but the quick start's trains one epoch of a tiny model
   (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), ablate.py one seed of
   such runs, and a benchmark measures two steps of that model; the quick start runs exactly as
   typed (the other tests use its model);
 - a command that the pages repeat word for word runs once (Checkout.run_command);
-- XLA compiles with its backend optimisations off (`XLA_FLAGS=--xla_backend_optimization_level=0`:
-  conftest.XLA_FLAGS): only the commands on the JAX backend use XLA, and on the tiny
-  models compiling is most of their time.
+- the environment adds `TF_CPP_MIN_LOG_LEVEL=2` (TensorFlow's C++ log below errors, as every
+  script sets when it starts) and `XLA_FLAGS=--xla_backend_optimization_level=0`
+  (conftest.XLA_FLAGS): only the commands on the JAX backend use XLA, and on the tiny models
+  compiling is most of their time.
 
-What is not run, and why: SKIPPED (by the command's first words) and blocks under an "Archive"
-heading (the code of their own commit, which is the rule that heading states).
+What is not run, and why, one command at a time: SKIPPED (by the command's first words), blocks
+under an "Archive" heading (the code of their own commit, which is the rule that heading states),
+blocks tagged as text rather than bash or python (a listing), and the commands written inline in
+the prose (`python ...` in backticks): those that equal a fenced command run with it, the others
+are listed in INLINE_NOT_RUN with the reason. `python tests/docs_commands.py` prints every command
+of the documents with what happens to it.
 """
+import fnmatch
 import os
 import re
 import shlex
@@ -38,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", "PORTING.md", *sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
                                   if n.endswith(".md"))]
 LANGUAGES = {"bash": "shell", "sh": "shell", "shell": "shell", "console": "shell", "python": "python"}
+TEXT_TAGS = {"text": "a listing (files, output), not commands"}
 TINY_MODEL = ["--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
 ADDED = {  # script: what is appended to its command line (beside the quick start)
     "train.py": ["--num_epochs", "1", *TINY_MODEL],
@@ -47,32 +54,68 @@ ADDED = {  # script: what is appended to its command line (beside the quick star
 SKIPPED = {  # a command's first words: why it is not run here
     "bash demo.sh": "installs the environment from nothing; its three commands are the quick start's "
                     "(checked equal to README's quick-start block)",
-    ".venv/bin/python -m pytest": "the test suite itself (.ci/run runs exactly this command: checked)",
+    "bash setup.sh": "installs the environment: .ci/run does it from nothing before the tests",
+    "bash test.sh": "the test suite itself (.ci/run runs exactly these commands: checked)",
     "export TF_CONFIG=": "training across two machines needs the two machines",
+    ".venv/bin/python train.py --preset iwslt2016 --logdir /shared/": "the second machine's half of the command "
+                                                                      "before it (TF_CONFIG)",
     ".venv/bin/pip install jupyterlab": "installs from the network (the tests run the lesson without Jupyter's "
                                         "server: tests/test_lesson.py)",
+    ".venv/bin/pip install \"tensorflow[and-cuda]": "installs a GPU build from the network, for a machine with a GPU",
+    ".venv/bin/pip install \"jax[cuda13]": "installs a GPU build from the network, for a machine with a GPU",
     ".venv/bin/python -m jupyter lab": "opens a browser; tests/test_lesson.py runs every cell of the lesson",
 }
+# Commands written inline in the prose that are not run, by document (a glob) and the command's
+# pattern: why. A command a reader would type is better shown in a fenced block, where it runs.
+FIGURE = ("the command of a recorded figure, at full size (minutes to hours); the fenced blocks run its scripts "
+          "at test size, and tests/test_docs_options.py checks its options exist")
+INLINE_NOT_RUN = [
+    ("docs/results.md", r".*", FIGURE),
+    ("docs/speed.md", r".*", FIGURE),
+    ("docs/ablations.md", r"python ablate.py --preset multi30k( --report)?$",
+     "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
+    ("docs/ablations.md", r"python plot.py <", "has a placeholder for the reference's runs (outside the project)"),
+    ("*", r"bash demo\.sh$", SKIPPED["bash demo.sh"]),
+    ("*", r"bash setup\.sh", SKIPPED["bash setup.sh"]),
+    ("docs/using.md", r"\.venv/bin/tensorboard --logdir",
+     "a server that runs until it is stopped; tests/test_train.py reads the event files it would show"),
+    ("README.md", r"\.venv/bin/python tests/docs_commands\.py$",
+     "prints this list; tests/test_docs_commands.py checks the same list accounts for every command"),
+    ("*", r"\w+\.py --\w+$", "an option of a script named in a sentence, not a command line"),
+]
 QUICK_START = ("README.md", "Quick start")  # the block the other tests take their trained model from
 
 
 class Block:
-    def __init__(self, document, line, heading, language, text):
+    def __init__(self, document, line, heading, language, text, tag=""):
         self.document, self.line, self.heading, self.language, self.text = document, line, heading, language, text
+        self.tag = tag  # the fence's language tag as written ("" for none)
         self.id = f"{document}:{line}"
 
     def commands(self):
         """The block's commands: shell lines with their continuations joined, or the Python code whole."""
         if self.language == "python":
             return [self.text]
+        if self.language is None:
+            return []
         joined = re.sub(r"\\\n\s*", " ", self.text)
         return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
 
     def skipped(self):
-        """Why the block is not run, or None."""
+        """Why none of the block's commands runs, or None."""
+        if self.language is None:
+            return TEXT_TAGS.get(self.tag) or f"tagged {self.tag!r}, not bash or python" if self.tag \
+                else "no language tag: not run (tag it bash to run it, text to show a listing)"
         if "Archive" in self.heading:
             return "under an Archive heading: the code of its own commit"
-        for command in self.commands():
+        reasons = [self.command_skipped(c) for c in self.commands()]
+        return "; ".join(dict.fromkeys(reasons)) if all(reasons) else None
+
+    def command_skipped(self, command):
+        """Why this one command of the block is not run, or None."""
+        if "Archive" in self.heading:
+            return "under an Archive heading: the code of its own commit"
+        if self.language == "shell":
             for start, why in SKIPPED.items():
                 if command.startswith(start):
                     return why
@@ -80,19 +123,20 @@ class Block:
 
 
 def blocks():
-    """Every ```bash/```python block of the documents, in the order they run, with its headings."""
+    """Every fenced block of the documents, in the order they run, with its headings (those tagged
+    other than bash or python too: they are reported, never run)."""
     found = []
     for document in DOCUMENTS:
         with open(os.path.join(ROOT, document), encoding="utf-8") as f:
             lines = f.read().splitlines()
-        headings, fence = {}, None  # level: title; the open block's (line, language, lines)
+        headings, fence = {}, None  # level: title; the open block's (line, tag, lines)
         for number, line in enumerate(lines, 1):
             if fence is None and line.startswith("```"):
-                fence = (number, LANGUAGES.get(line[3:].strip().split(" ")[0]), [])
+                fence = (number, line[3:].strip().split(" ")[0], [])
             elif fence is not None and line.startswith("```"):
-                if fence[1]:
-                    heading = " / ".join(headings[k] for k in sorted(headings))
-                    found.append(Block(document, fence[0], heading, fence[1], "\n".join(fence[2]) + "\n"))
+                heading = " / ".join(headings[k] for k in sorted(headings))
+                found.append(Block(document, fence[0], heading, LANGUAGES.get(fence[1]), "\n".join(fence[2]) + "\n",
+                                   fence[1]))
                 fence = None
             elif fence is not None:
                 fence[2].append(line)
@@ -101,6 +145,72 @@ def blocks():
                 headings = {k: v for k, v in headings.items() if k < level}
                 headings[level] = line[level:].strip()
     return found
+
+
+# A command written inline: a backticked span that starts with a program a user runs, or with one of
+# the project's scripts and an option
+INLINE = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:python3?|bash|tensorboard|pip|ruff|jupyter)\s"
+                    r"|^(?:bench/)?\w+\.py\s+--")
+
+
+def inline_commands():
+    """[(document, line, command)]: the commands written inline in the documents' prose (outside
+    fenced blocks; a span may wrap onto the next line)."""
+    found = []
+    for document in DOCUMENTS:
+        with open(os.path.join(ROOT, document), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        fence, prose = False, []
+        for line in lines:
+            if line.startswith("```"):
+                fence = not fence
+            prose.append("" if fence or line.startswith("```") else line)
+        text = "\n".join(prose)
+        for match in re.finditer(r"`([^`]+)`", text):
+            command = " ".join(match.group(1).split())
+            if INLINE.search(command):
+                found.append((document, text.count("\n", 0, match.start()) + 1, command))
+    return found
+
+
+def inline_verdict(document, command, fenced=None):
+    """(True, where) if the inline command runs (it equals a fenced command that runs), else (False, why)."""
+    fenced = fenced if fenced is not None else fenced_commands()
+    normal = " ".join(command.split())
+    if normal in fenced:
+        return True, f"runs as the fenced command at {fenced[normal]}"
+    for pattern, regex, why in INLINE_NOT_RUN:
+        if fnmatch.fnmatch(document, pattern) and re.match(regex, normal):
+            return False, why
+    return False, None
+
+
+def fenced_commands():
+    """{command, whitespace normalised: the block id where it runs} of the fenced commands that run."""
+    found = {}
+    for block in blocks():
+        for command in block.commands():
+            if block.language == "shell" and not block.command_skipped(command):
+                found.setdefault(" ".join(command.split()), block.id)
+    return found
+
+
+def report():
+    """Every command of the documents, one line each: where, run or not run (and why)."""
+    lines = []
+    for block in blocks():
+        if block.language is None or not block.commands():
+            lines.append(f"{block.id}  not run  ({block.skipped()})  [block tagged {block.tag or 'nothing'}]")
+        for command in block.commands():
+            why = block.command_skipped(command)
+            shown = command if block.language == "shell" else "(the Python block)"
+            lines.append(f"{block.id}  {'not run  (' + why + ')' if why else 'run'}  {shown}")
+    fenced = fenced_commands()
+    for document, line, command in inline_commands():
+        runs, why = inline_verdict(document, command, fenced)
+        lines.append(f"{document}:{line}  {'run' if runs else 'not run'}  ({why or 'NOT ACCOUNTED FOR'})  "
+                     f"`{command}`")
+    return lines
 
 
 def quick_start_block():
@@ -161,7 +271,8 @@ class Checkout:
             if earlier.document != self.document:
                 continue
             if earlier.id not in self.done and not earlier.skipped():
-                self.done[earlier.id] = [self.run_command(earlier, c) for c in earlier.commands()]
+                self.done[earlier.id] = [self.run_command(earlier, c) for c in earlier.commands()
+                                         if not earlier.command_skipped(c)]
             if earlier.id == block.id:
                 break
         return self.done[block.id]
@@ -258,3 +369,7 @@ def write_user_files(root):
         english = sample("train", "en") * 2
         write_lines(join(root, "my_ja_en", f"{split}.en"), english[:n])
     write_lines(join(root, "de.txt"), sample("test", "de")[:8])
+
+
+if __name__ == "__main__":
+    print("\n".join(report()))
