@@ -6,7 +6,7 @@ loss, the spread between the seeds, minutes, and each variant's difference to th
 verdict in plain words (better, worse, or within the seeds' spread); and a bar chart of the
 differences.
 
-    python ablate.py --preset multi30k                         # every variant: hours on a laptop
+    python ablate.py --preset multi30k                         # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
     python ablate.py --preset sample --num_epochs 1 --output ablations.md   # minutes: a dry run
 

@@ -28,7 +28,8 @@ def main(argv=None):
         parser.add_argument("--output", metavar="PATH", required=True, help="the PNG file to write")
         parser.add_argument("--encoder", action="store_true",
                             help="also draw the encoder's self-attention, a row per layer")
-        parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--ckpt", metavar="PATH",
+                            help="the .keras checkpoint file to draw with (default: the newest in <logdir>/ckpt)")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)

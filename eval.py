@@ -32,7 +32,8 @@ def decoding_name(beam_size, alpha):
 
 def main(argv=None):
     def add_arguments(parser):
-        parser.add_argument("--ckpt", metavar="PATH", help="checkpoint to evaluate (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--ckpt", metavar="PATH",
+                            help="the .keras checkpoint file to evaluate (default: the newest in <logdir>/ckpt)")
         parser.add_argument("--split", default="test", choices=("dev", "test"), help="the split to translate and score")
         parser.add_argument("--average_last", type=int, default=1, metavar="INT",
                             help="average the weights of the newest INT epoch checkpoints")

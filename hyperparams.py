@@ -214,7 +214,7 @@ PRESETS = {
         beam_size=4,
         alpha=1.4,
     ),
-    # The reference's 2019 experiment at the laptop's size: the multi30k preset's data and model size,
+    # The reference's 2019 experiment at a 2-core CPU's size: the multi30k preset's data and model size,
     # and every other value of the iwslt2016 preset below (the reference's training as it was: its
     # learning rate, warmup, dropout, epochs, batches and the details of its code), for comparing
     # the port with the reference's own code on the same data (docs/ablations.md).

@@ -369,8 +369,9 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     scores = bleu_scores(hypotheses, dev.references, hp.tgt_lang)
     eval_seconds = time.time() - start
 
-    # Named as the reference names its checkpoints: E<epoch>L<training loss>B<dev BLEU the
-    # multi-bleu.perl way>, comparable with its iwslt2016_E19L2.64B28.06.
+    # Named as the reference names its dev translation files (its checkpoints carried no BLEU):
+    # E<epoch>L<training loss>B<dev BLEU the multi-bleu.perl way>, comparable with its
+    # iwslt2016_E19L2.64B28.06.
     name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['reference']:.2f}"
     start = time.time()
     write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev.sources, dev.references, hypotheses,

@@ -75,7 +75,8 @@ def input_chunks(path=None):
 
 def main(argv=None):
     def add_arguments(parser):
-        parser.add_argument("--ckpt", metavar="PATH", help="checkpoint (default: newest in <logdir>/ckpt)")
+        parser.add_argument("--ckpt", metavar="PATH",
+                            help="the .keras checkpoint file to translate with (default: the newest in <logdir>/ckpt)")
         parser.add_argument("--input", metavar="PATH",
                             help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",

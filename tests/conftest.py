@@ -167,14 +167,18 @@ class QuickStart(typing.NamedTuple):
 
 def quick_start_key():
     """A digest of what the quick start's results depend on: the project's code and sample corpus,
-    the test runner's own files, the packages' versions, Python and the CPU's instruction sets."""
+    the test runner's own files, Keras' version and backend, Python and the CPU's instruction sets."""
     import hashlib
     import platform
 
     import keras
-    digest = hashlib.sha256(f"{sys.version} {keras.__version__} {platform.machine()}".encode())
-    files = subprocess.run(["git", "ls-files", "*.py", "corpora", "README.md", "requirements"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.split()
+    environment = f"{sys.version} {keras.__version__} {keras.backend.backend()} {platform.machine()}"
+    digest = hashlib.sha256(environment.encode())
+    listed = subprocess.run(["git", "ls-files", "*.py", "corpora", "README.md", "requirements"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        return None  # not a git checkout: nothing to key a kept quick start on
+    files = listed.stdout.split()
     for name in sorted(files):
         digest.update(name.encode())
         with open(os.path.join(ROOT, name), "rb") as f:
@@ -199,11 +203,13 @@ def quick_start(tmp_path_factory, worker_id):
     shared = tmp_path_factory.getbasetemp()
     shared = shared if worker_id == "master" else shared.parent  # the folder every test process shares
     root, untouched, saved = shared / "quick_start", shared / "quick_start_untouched", shared / "quick_start.json"
-    cache = pathlib.Path(ROOT, ".test-cache", "quick_start-" + quick_start_key())
+    key = quick_start_key()
+    cache = pathlib.Path(ROOT, ".test-cache", f"quick_start-{key}")
+    reuse = key is not None and os.environ.get("TESTS_FRESH_QUICK_START") != "1"
     with locked(shared / "quick_start.lock"):
         if not saved.exists():
             root.mkdir()
-            if (cache / "quick_start.json").exists() and os.environ.get("TESTS_FRESH_QUICK_START") != "1":
+            if reuse and (cache / "quick_start.json").exists():
                 docs_commands.Checkout(root, "README.md")  # the project linked in, the user's files
                 for folder in ("prepro", "log"):
                     shutil.copytree(cache / folder, root / folder)
@@ -215,7 +221,7 @@ def quick_start(tmp_path_factory, worker_id):
                     shutil.copytree(root / folder, untouched / folder)
                 saved.write_text(json.dumps([[command, run.args, run.returncode, run.stdout, run.stderr]
                                              for command, run in done]))
-                if all(run.returncode == 0 for _, run in done):
+                if key is not None and all(run.returncode == 0 for _, run in done):
                     keep = cache.with_name(cache.name + f".tmp{os.getpid()}")
                     shutil.rmtree(keep, ignore_errors=True)
                     for folder in ("prepro", "log"):

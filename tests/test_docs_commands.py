@@ -70,7 +70,7 @@ def test_the_recipes_outputs_are_where_the_documents_say(checkouts):
     with open(os.path.join(readme, "en.txt"), encoding="utf-8") as f:
         assert len(f.read().splitlines()) == 8  # one line out per line of de.txt
     assert os.path.isfile(os.path.join(readme, "attention.png"))
-    assert os.path.isfile(os.path.join(readme, "exported", "multi30k-ct2", "model.bin"))
+    assert os.path.isfile(os.path.join(readme, "exported", "sample-ct2", "model.bin"))
     using = checkouts("docs/using.md").run_all().path
     assert os.path.isfile(os.path.join(using, "log", "multi30k", "history.png"))
 
