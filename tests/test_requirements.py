@@ -5,12 +5,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from packaging.requirements import Requirement
 
-from conftest import ENGLISH, GERMAN, ROOT, assert_one_line_error, write_parallel
+from conftest import ENGLISH, GERMAN, ROOT, assert_one_line_error, run_script, write_parallel
 
 GROUPS = ("core", "export", "jax", "dev")
 
@@ -57,10 +56,9 @@ def test_the_lessons_first_cell_installs_the_core():
     assert '"-r", "requirements/core.txt"' in setup
 
 
-def core_only(*args, cwd=ROOT, stdin=None):
+def core_only(*args, cwd=ROOT):
     """A script run with only the core installed: the other groups' packages made unimportable."""
-    return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "without.py"), "core", *args], cwd=cwd,
-                          input=stdin, capture_output=True, text=True, timeout=600)
+    return run_script(os.path.join("tests", "without.py"), "core", *args, cwd=cwd)
 
 
 @pytest.mark.slow
@@ -70,11 +68,12 @@ def test_the_scripts_main_paths_need_only_the_core(tmp_path, quick_start):
     write_parallel(raw, "dev", GERMAN[:3], ENGLISH[:3])
     write_parallel(raw, "test", GERMAN[3:], ENGLISH[3:])
     prepro, log = str(tmp_path / "prepro"), str(tmp_path / "log")
+    (tmp_path / "in.de").write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
     runs = [core_only("prepro.py", "--data_dir", str(raw), "--prepro_dir", prepro, "--vocab_size", "60"),
             core_only("train.py", "--prepro_dir", prepro, "--logdir", log, "--num_epochs", "1", "--d_model", "16",
                       "--d_ff", "32", "--num_blocks", "1", "--num_heads", "2", "--eval_sentences", "3"),
             core_only("eval.py", *quick_start.dirs),
-            core_only("translate.py", *quick_start.dirs, stdin="Ein Mann fährt Fahrrad.\n"),
+            core_only("translate.py", *quick_start.dirs, "--input", str(tmp_path / "in.de")),
             core_only("attention.py", *quick_start.dirs, "--output", str(tmp_path / "a.png"), GERMAN[0]),
             core_only("plot.py", str(quick_start.log), "--output", str(tmp_path / "h.png"))]
     for run in runs:
@@ -83,7 +82,6 @@ def test_the_scripts_main_paths_need_only_the_core(tmp_path, quick_start):
     assert (tmp_path / "a.png").is_file() and (tmp_path / "h.png").is_file()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("format", ["ctranslate2", "saved_model"])
 def test_export_without_its_group_says_how_to_add_it(tmp_path, quick_start, format):
     run = core_only("export.py", *quick_start.dirs, "--format", format, "--output", str(tmp_path / "out"))
