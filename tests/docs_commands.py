@@ -103,13 +103,12 @@ class Block:
 
     def skipped(self):
         """Why none of the block's commands runs, or None."""
+        if self.language is None and not self.tag:
+            return "no language tag: not run (tag it bash to run it, text to show a listing)"
         if self.language is None:
-            return TEXT_TAGS.get(self.tag) or f"tagged {self.tag!r}, not bash or python" if self.tag \
-                else "no language tag: not run (tag it bash to run it, text to show a listing)"
-        if "Archive" in self.heading:
-            return "under an Archive heading: the code of its own commit"
+            return TEXT_TAGS.get(self.tag, f"tagged {self.tag!r}, not bash or python")
         reasons = [self.command_skipped(c) for c in self.commands()]
-        return "; ".join(dict.fromkeys(reasons)) if all(reasons) else None
+        return "; ".join(dict.fromkeys(reasons)) if reasons and all(reasons) else None
 
     def command_skipped(self, command):
         """Why this one command of the block is not run, or None."""
@@ -200,7 +199,8 @@ def report():
     lines = []
     for block in blocks():
         if block.language is None or not block.commands():
-            lines.append(f"{block.id}  not run  ({block.skipped()})  [block tagged {block.tag or 'nothing'}]")
+            why = block.skipped() or "no commands"
+            lines.append(f"{block.id}  not run  ({why})  [block tagged {block.tag or 'nothing'}]")
         for command in block.commands():
             why = block.command_skipped(command)
             shown = command if block.language == "shell" else "(the Python block)"

@@ -14,6 +14,11 @@ from conftest import ENGLISH, GERMAN, ROOT, assert_one_line_error, run_script, w
 GROUPS = ("core", "export", "jax", "dev")
 
 
+def normalised(name):
+    """A package's name as pip compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def requirements(group):
     """The Requirements a group file names, with those of the files it includes (-r)."""
     found = []
@@ -31,14 +36,14 @@ def locked():
     """{normalised name: version} of requirements/lock.txt."""
     with open(os.path.join(ROOT, "requirements", "lock.txt"), encoding="utf-8") as f:
         pins = [line.strip().split("==") for line in f if line.strip() and not line.startswith("#")]
-    return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pins}
+    return {normalised(name): version for name, version in pins}
 
 
 def test_every_group_is_pinned_by_the_lock_within_its_ranges():
     pins = locked()
     for group in GROUPS:
         for requirement in requirements(group):
-            name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+            name = normalised(requirement.name)
             assert name in pins, f"requirements/{group}.txt: {requirement.name} has no pin in requirements/lock.txt"
             assert requirement.specifier.contains(pins[name]), f"{group}: {requirement} excludes the pin {pins[name]}"
     assert {r.name for r in requirements("dev")} >= {r.name for g in GROUPS[:3] for r in requirements(g)}
