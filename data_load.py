@@ -206,6 +206,16 @@ def eval_batches(src_lens, tokens_per_batch, sort=False):
     return _cut(order, src_lens, tokens_per_batch)
 
 
+def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):
+    """The pairs of a split that fit maxlen1/maxlen2 (as training keeps them) in ((x, d), y)
+    batches for measuring the loss, grouped by length."""
+    keep, _ = filter_long(src, tgt, maxlen1, maxlen2)
+    src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt)]
+    return [training_arrays([src[i] for i in idx], [tgt[i] for i in idx])
+            for idx in eval_batches(lengths, tokens_per_batch, sort=True)]
+
+
 def pad(seqs, length):
     """Stack int sequences into (N, length), right-padded with <pad>."""
     out = np.full((len(seqs), length), PAD, dtype=np.int32)

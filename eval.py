@@ -9,7 +9,8 @@ Reads the settings saved by training from <logdir>/hparams.json, loads the newes
 sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<reference's BLEU> in
 the reference's layout (one translation a line, then the multi-bleu.perl line), and prints BLEU
 two ways: sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way
-(multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing).
+(multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing),
+and the loss the model trained with over the split's target tokens.
 Decoding is the run's --beam_size and --alpha (its preset's; greedy where the beam is 1): give
 them to decode otherwise.
 """
@@ -56,6 +57,12 @@ def main(argv=None):
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
+    import model as transformer  # Keras is loaded by now
+
+    transformer.compile_model(model, hp)  # for its loss
+    pairs = data_load.load_split(hp.prepro_dir, args.split)
+    loss = transformer.loss_per_token(model, data_load.loss_batches(*pairs, hp.tokens_per_batch, hp.maxlen1,
+                                                                    hp.maxlen2))
     scores = bleu_scores(hypotheses, references, hp.tgt_lang)
     text = format_scores(scores, args.split, extra=", " + decoding_name(hp.beam_size, hp.alpha))
     name = os.path.basename(ckpt)[:-len(".keras")]
@@ -66,6 +73,7 @@ def main(argv=None):
     write_hypotheses(reference_layout, hypotheses, scores["reference_report"])
     print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}")
     print(text)
+    print(f"loss {args.split} {loss:.3f} (the training loss, label smoothing {hp.smoothing:g}, per target token)")
 
 
 if __name__ == "__main__":

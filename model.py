@@ -255,3 +255,12 @@ def compile_model(model, hp, total_steps=None):
     model.compute_loss(x=(BUILD_IDS, BUILD_IDS), y=BUILD_IDS, y_pred=model((BUILD_IDS, BUILD_IDS)), training=False)
     model.optimizer.build(model.trainable_variables)
     return model
+
+
+def loss_per_token(model, batches):
+    """The compiled model's loss over every real (non-pad) target token of batches [((x, d), y)].
+    Each batch's loss is the mean over its own real tokens, so the batches weigh as many tokens as
+    they hold: a plain mean of the batch means would count a short last batch like a full one."""
+    losses = [float(ops.convert_to_numpy(model.test_on_batch(x, y))) for x, y in batches]
+    tokens = [int(np.count_nonzero(np.asarray(y) != PAD)) for _, y in batches]
+    return float(np.average(losses, weights=tokens))

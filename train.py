@@ -4,7 +4,7 @@ label smoothing; a GPU is used when present.
     python train.py --preset sample
     python train.py --preset multi30k
 
-After every epoch: dev loss, dev BLEU (greedy, whole sentences; all of dev or the first
+After every epoch: dev loss (per target token), dev BLEU (greedy, whole sentences; all of dev or the first
 --eval_sentences), a checkpoint <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras (B the
 reference's way, multi-bleu.perl on raw text; the reference put it in its dev translation files'
 names, iwslt2016_E19L2.64B28.06, not in its checkpoints'), the dev
@@ -288,9 +288,7 @@ def load_data(hp, run):
         print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
     dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
     n_bleu = hp.eval_sentences or len(dev_src)
-    lengths = [max(len(s), len(t)) + 1 for s, t in zip(dev_src, dev_tgt)]
-    dev = Dev([data_load.training_arrays([dev_src[i] for i in idx], [dev_tgt[i] for i in idx])
-               for idx in data_load.eval_batches(lengths, hp.tokens_per_batch, sort=True)],
+    dev = Dev(data_load.loss_batches(dev_src, dev_tgt, hp.tokens_per_batch, hp.maxlen1, hp.maxlen2),
               data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)[:n_bleu],
               data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)[:n_bleu])
     print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
@@ -360,10 +358,12 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     line and TensorBoard scalars, one printed line. Returns the checkpoint's name."""
     import keras
 
+    import model as transformer
+
     train_loss = guard.loss_total / guard.loss_count if guard.loss_count else float("nan")
     skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
     start = time.time()
-    dev_loss = float(np.mean([model.test_on_batch(x, y) for x, y in dev.loss_batches]))
+    dev_loss = transformer.loss_per_token(model, dev.loss_batches)
     hypotheses = translate_lines(model, sp, dev.sources, hp.maxlen1, hp.eval_tokens_per_batch, desc="dev BLEU",
                                  source=os.path.join(hp.prepro_dir, f"dev.{hp.src_lang}"), whole=True)
     scores = bleu_scores(hypotheses, dev.references, hp.tgt_lang)

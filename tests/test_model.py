@@ -9,6 +9,7 @@ import decoding
 import devices
 import hyperparams
 import model as transformer
+from conftest import copy_batches
 from data_load import BOS, EOS, PAD
 from utils import UserError
 
@@ -354,3 +355,19 @@ def test_skip_nonfinite_leaves_out_nonfinite_batches_exactly():
     assert int(ops.convert_to_numpy(opt.iterations)) == 2 and int(ops.convert_to_numpy(opt.skipped_steps)) == 1
     broken, _, loss = run([0, 1], base(learning_rate=0.1))
     assert not np.isfinite(loss) and not np.isfinite(broken[0]).all()  # what the guard prevents
+
+
+def test_the_loss_is_the_mean_over_every_target_token():
+    """loss_per_token over uneven batches equals the loss of one batch holding every pair; the plain
+    mean of the batch means (a short batch weighing like a full one) does not."""
+    keras.utils.set_random_seed(0)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=1, num_heads=2, dropout_rate=0.0)
+    m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
+    x, d, y = copy_batches()(40)
+    y[30:, 2:] = PAD  # the last, small batch holds short targets only
+    d[30:, 2:] = PAD
+    batches = [((x[:30], d[:30]), y[:30]), ((x[30:], d[30:]), y[30:])]
+    whole = transformer.loss_per_token(m, [((x, d), y)])
+    assert transformer.loss_per_token(m, batches) == pytest.approx(whole, rel=1e-5)
+    means = np.mean([float(m.test_on_batch(b, t)) for b, t in batches])
+    assert abs(means - whole) > 1e-3
