@@ -2,15 +2,17 @@
 
 Trains variants of a preset (each a few settings changed from it: VARIANTS below), two seeds
 each, and writes a table: dev BLEU with greedy decoding and with the preset's beam search, dev
-loss, the spread between the seeds, minutes, and each variant's difference to the preset with a
-verdict in plain words (better, worse, or within the seeds' spread); and a bar chart of the
-differences.
+loss per target token, the seeds' standard deviation, minutes, and each variant's difference to the
+preset with a verdict in plain words by a stated rule (RULE: Student's t test on the seeds, 5%,
+three seeds a side for "better" or "worse"); and a bar chart of the differences.
 
-    python ablate.py --preset multi30k                         # every variant: hours on a 2-core CPU
+    python ablate.py --preset multi30k --output docs/ablations.md   # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
-    python ablate.py --preset sample --num_epochs 1 --output ablations.md   # minutes: a dry run
+    python ablate.py --preset sample --num_epochs 1            # minutes: a dry run
 
-Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>). A run that
+Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>), the table to
+<runs>/ablations.md unless --output names another file (the shipped docs/ablations.md is rewritten
+only when named). A run that
 finished is not trained again, an interrupted one resumes where it stopped (train.py resumes from
 its checkpoints), and each run's scores are kept in its folder (ablation.json), so the command can
 be stopped and started again at any point. Settings after the options (`--name value`) apply to
@@ -21,6 +23,7 @@ first `## ` heading; sections from there on are the document's own (written by h
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import statistics
@@ -39,8 +42,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {
     "preset": ([], [], "the preset as it is: the baseline every row is compared with"),
     "pre_norm": (["--norm", "pre"], [], "layer norm before each sublayer (later work) instead of after it (3.1)"),
-    "learned_positions": (["--positional", "learned"], [], "a learned position table (the reference's legacy "
-                                                         "code) instead of sinusoids (3.5)"),
+    "learned_positions": (["--positional", "learned"], [], "a learned position table instead of sinusoids (3.5; "
+                                                         "the reference's 2017 code learned one too, initialised "
+                                                         "Glorot-uniform, here N(0, 0.02))"),
     "no_positions": (["--positional", "none"], [], "no positional encoding at all (3.5)"),
     "unscaled_embeddings": (["--scale_embeddings", "0"], [], "embeddings without the sqrt(d_model) factor (3.4): "
                                                             "initialised N(0, 1/d_model), they then start about 11 "
@@ -49,8 +53,9 @@ VARIANTS = {
                                                             "one shared (3.4)"),
     "no_residual_dropout": (["--residual_dropout", "0"], [], "no dropout on the sublayers' outputs, as the "
                                                             "reference (5.4)"),
-    "attention_dropout": (["--attention_dropout", "-1"], [], "the attention weights dropped at --dropout_rate "
-                                                             "(the paper, the reference)"),
+    "attention_dropout": (["--attention_dropout", "-1"], [], "the attention weights dropped at --dropout_rate, as "
+                                                             "the reference (the paper's 5.4 drops the sublayers' "
+                                                             "outputs and the embedding sums)"),
     "no_output_projection": (["--attention_output", "0"], [], "no W^O after the heads, as the reference (3.2.2)"),
     "no_smoothing": (["--smoothing", "0"], [], "no label smoothing (5.4: 0.1)"),
     "smoothing_0.2": (["--smoothing", "0.2"], [], "twice the label smoothing"),
@@ -128,17 +133,27 @@ def measure(preset, variant, seed, runs, extra, report_only=False):
     if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
         scores = {k: scores[k] for k in ("precision", "commit", "date", "machine") if k in scores}
     key = " ".join(eval_args) or "as trained"
-    if key not in scores.get("beam", {}):
+    evals = scores.setdefault("evals", {})  # {eval.py's settings: what it measured with them}
+    if key not in evals:
         out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
-        found = re.search(r"BLEU dev sacreBLEU = ([\d.]+)", out)
-        if not found:
-            raise UserError(f"eval.py --logdir {logdir}: no dev BLEU in its output")
-        scores.setdefault("beam", {})[key] = float(found.group(1))
+        evals[key] = dict(beam=found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir),
+                          loss=found(out, r"loss dev ([\d.]+)", logdir))
+        if "--average_last" in eval_args:  # weights other than the last epoch's: their own greedy BLEU
+            out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args, "--beam_size", "1"])
+            evals[key]["greedy"] = found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir)
     last = history[-1]
-    scores.update(greedy=last["dev_bleu"], loss=last["dev_loss"], epochs=len(history),
-                  minutes=wall_seconds(history) / 60)
+    scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
-    return dict(scores, beam=scores["beam"][key])
+    return dict(scores, greedy=evals[key].get("greedy", last["dev_bleu"]), beam=evals[key]["beam"],
+                loss=evals[key]["loss"], minutes=scores["minutes"] if train_args or variant == BASELINE else None)
+
+
+def found(output, pattern, logdir):
+    """The number eval.py printed where pattern's group is; a UserError if it printed none."""
+    match = re.search(pattern, output)
+    if not match:
+        raise UserError(f"eval.py --logdir {logdir}: no {pattern!r} in its output")
+    return float(match.group(1))
 
 
 def write_text(path, text):
@@ -146,37 +161,56 @@ def write_text(path, text):
         f.write(text)
 
 
-def spread(values):
-    return max(values) - min(values) if len(values) > 1 else 0.0
+# Student's t, two-sided, 5%: the critical value for 1 to 20 degrees of freedom (any statistics
+# table); beyond 20, the value at 20 (a little stricter than the exact one).
+T_CRITICAL = (None, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+              2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+MIN_SEEDS = 3  # the fewest seeds on each side for a verdict other than "within"
+RULE = (f"a row is better or worse than the preset when Student's t test on the two rows' seeds (pooled "
+        f"variance, two-sided) puts the difference of their beam BLEU beyond what the seeds' own variation "
+        f"gives by chance 5% of the time, with at least {MIN_SEEDS} seeds on each side; a difference that "
+        f"passes with fewer seeds is marked as needing more, and any other is within the seeds' variation")
 
 
-def verdict(difference, noise):
-    """Plain words for a difference in BLEU against the larger of the two rows' seed spreads."""
-    if abs(difference) <= noise:
-        return "within the seeds' spread"
-    return "better" if difference > 0 else "worse"
+def margin(a, b):
+    """Half the width of the 95% interval of mean(a) - mean(b): the smallest difference the rule
+    calls real (inf with fewer than two seeds on a side)."""
+    if min(len(a), len(b)) < 2:
+        return math.inf
+    df = len(a) + len(b) - 2
+    pooled = ((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df
+    return T_CRITICAL[min(df, len(T_CRITICAL) - 1)] * math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+
+
+def verdict(row, base):
+    """Plain words for a row's beam BLEU over its seeds (row) against the baseline's (base), by RULE."""
+    if min(len(row), len(base)) < 2:
+        return "one seed: no spread to judge by yet"
+    difference = statistics.mean(row) - statistics.mean(base)
+    if abs(difference) <= margin(row, base):
+        return "within the seeds' variation"
+    word = "better" if difference > 0 else "worse"
+    return word if min(len(row), len(base)) >= MIN_SEEDS else f"{word} on {min(len(row), len(base))} seeds: needs more"
 
 
 def summarize(results):
-    """{variant: row} from {variant: [figures of each seed]}: means, spreads, difference to the
-    baseline's beam BLEU and its verdict, and where and when the runs were trained."""
+    """{variant: row} from {variant: [figures of each seed]}: means, standard deviations, difference
+    to the baseline's beam BLEU, its margin and verdict (RULE), and where and when the runs were trained."""
     rows = {}
     for name, seeds in results.items():
         beam = [s["beam"] for s in seeds]
         rows[name] = dict(greedy=statistics.mean(s["greedy"] for s in seeds), beam=statistics.mean(beam),
-                          loss=statistics.mean(s["loss"] for s in seeds), spread=spread(beam),
-                          minutes=statistics.mean(s["minutes"] for s in seeds), seeds=len(seeds),
+                          beams=beam, loss=statistics.mean(s["loss"] for s in seeds),
+                          sd=statistics.stdev(beam) if len(beam) > 1 else 0.0,
+                          minutes=statistics.mean(m) if (m := [s["minutes"] for s in seeds if s["minutes"]]) else None,
+                          seeds=len(seeds),
                           **{key: sorted({s.get(key, "unrecorded") for s in seeds})
                              for key in ("precision", "commit", "date", "machine")})
     base = rows[BASELINE]
     for name, row in rows.items():
         row["difference"] = row["beam"] - base["beam"]
-        if name == BASELINE:
-            row["verdict"] = "the baseline"
-        elif min(row["seeds"], base["seeds"]) < 2:
-            row["verdict"] = "one seed: no spread to judge by yet"
-        else:
-            row["verdict"] = verdict(row["difference"], max(row["spread"], base["spread"]))
+        row["margin"] = 0.0 if name == BASELINE else margin(row["beams"], base["beams"])
+        row["verdict"] = "the baseline" if name == BASELINE else verdict(row["beams"], base["beams"])
     return rows
 
 
@@ -214,29 +248,32 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
              f"Each row trains the {preset} preset with a few settings changed, once per seed "
              f"({', '.join(map(str, seeds))}), and scores the last epoch on dev: sacreBLEU greedy (the "
              f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
-             f"{hp.alpha:g}), and the dev loss, each the mean over the row's seeds. The difference is "
-             f"the row's beam BLEU minus the preset's; a difference no larger than the seeds' spread "
-             f"(the larger of the two rows' max - min) is called within it. Minutes are the wall time "
-             f"of training one seed, evaluation after each epoch included: they rise with whatever else "
-             f"the machine runs meanwhile, so they are a guide to cost, not a speed measurement "
-             f"(docs/speed.md measures speed, side by side).", "",
+             f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
+             f"BLEU with its standard deviation). A row with no training settings scores the preset's "
+             f"own runs another way. The difference is the row's beam BLEU minus the preset's, with the "
+             f"margin the rule needs. The rule: {RULE}. Minutes are the wall time of training one seed, "
+             f"evaluation after each epoch included: they rise with whatever else the machine runs "
+             f"meanwhile, so they are a guide to cost, not a speed measurement (docs/speed.md measures "
+             f"speed, side by side).", "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}."
              + (f" Runs not finished yet: {unfinished[0]} of {unfinished[1]}; a row with fewer seeds than "
                 f"{len(seeds)} is the mean of those that have, and `python ablate.py "
                 f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
-             "", f"![Each row's difference to the preset, with the seeds' spread]"
+             "", f"![Each row's difference to the preset, with the margin the rule needs]"
                  f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
-             "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam | spread | dev loss | "
-                 "minutes | difference | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam (mean ± sd) | dev loss | "
+                 "minutes | difference (± margin) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         train_args, eval_args, what = VARIANTS[name]
         settings = " ".join(train_args + eval_args) or "(none)"
-        lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} | "
-                     f"{row['spread']:.2f} | {row['loss']:.3f} | {row['minutes']:.1f} | "
-                     f"{row['difference']:+.2f} | {row['verdict']} |")
+        minutes = "" if row["minutes"] is None else f"{row['minutes']:.1f}"
+        margin_ = "" if name == BASELINE else " ± —" if math.isinf(row["margin"]) else f" ± {row['margin']:.2f}"
+        lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} ± "
+                     f"{row['sd']:.2f} | {row['loss']:.3f} | {minutes} | {row['difference']:+.2f}{margin_} | "
+                     f"{row['verdict']} |")
     write_text(path, "\n".join(lines) + "\n" + kept_sections(path))
 
 
@@ -262,8 +299,9 @@ def main(argv=None):
                                                         "runs always); default every one")
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds: each variant trains once per seed")
     parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/ablations/<preset>)")
-    parser.add_argument("--output", default=os.path.join("docs", "ablations.md"), metavar="PATH",
-                        help="the table to write; its picture is written beside it (<name>.png)")
+    parser.add_argument("--output", metavar="PATH",
+                        help="the table to write (default <runs>/ablations.md; the shipped docs/ablations.md "
+                             "is rewritten only when named here); its picture is written beside it (<name>.png)")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the table from the runs that have finished (a row "
                              "with fewer seeds says so), e.g. while another call is still training")
@@ -293,11 +331,12 @@ def main(argv=None):
         raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
                         f"(run ablate.py without --report first)")
     rows = summarize(results)
-    picture = os.path.splitext(args.output)[0] + ".png"
+    output = args.output or os.path.join(runs, "ablations.md")
+    picture = os.path.splitext(output)[0] + ".png"
     plot_ablations(rows, picture)
     unfinished = (total - sum(len(figures) for figures in results.values()), total)
-    write_table(args.output, picture, rows, args.preset, seeds, argv, unfinished)
-    print(f"wrote {args.output} and {picture}")
+    write_table(output, picture, rows, args.preset, seeds, argv, unfinished)
+    print(f"wrote {output} and {picture}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")
 

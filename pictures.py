@@ -5,6 +5,7 @@ after every epoch. Figures are drawn on matplotlib's Figure, not through pyplot,
 is chosen or switched (a notebook that imports these keeps its own).
 """
 import json
+import math
 
 from utils import UserError, atomic_write
 
@@ -77,17 +78,19 @@ CLIPPED_BEYOND = 12.0  # BLEU: plot_ablations cuts bars longer than this at the 
 
 
 def plot_ablations(rows, output):
-    """A bar per ablation row (ablate.summarize): its dev BLEU difference to the baseline, with
-    the seeds' spread as an error bar (the larger of the row's and the baseline's), written to the
-    PNG file output. A bar longer than CLIPPED_BEYOND ends at the axis's edge with its value on it."""
+    """A bar per ablation row (ablate.summarize): its dev BLEU difference to the baseline, with the
+    margin its verdict's rule needs as an error bar (none with one seed), in full colour where the
+    verdict is better or worse and pale where it needs more seeds, written to the PNG file output.
+    A bar longer than CLIPPED_BEYOND ends at the axis's edge with its value on it."""
     from matplotlib.figure import Figure
 
     names = [n for n, row in rows.items() if row["verdict"] != "the baseline"]
     base = next(row for row in rows.values() if row["verdict"] == "the baseline")
     differences = [rows[n]["difference"] for n in names]
-    noise = [max(rows[n]["spread"], base["spread"]) for n in names]
-    colors = ["tab:green" if rows[n]["verdict"] == "better" else "tab:red" if rows[n]["verdict"] == "worse"
-              else "tab:gray" for n in names]
+    noise = [rows[n]["margin"] if math.isfinite(rows[n]["margin"]) else 0.0 for n in names]
+    full, pale = {"better": "tab:green", "worse": "tab:red"}, {"better": "#a6dba0", "worse": "#f4a582"}
+    colors = [(full if rows[n]["verdict"] in full else pale).get(rows[n]["verdict"].split()[0], "tab:gray")
+              for n in names]
     # A difference far beyond the others (a row that breaks training) would squeeze them to
     # nothing: the axis ends past the others, and such a bar ends at its edge with its value on it.
     limit = 1.15 * max([abs(d) + n for d, n in zip(differences, noise) if abs(d) <= CLIPPED_BEYOND] + [2.0])
@@ -104,7 +107,7 @@ def plot_ablations(rows, output):
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set_xlabel(f"dev BLEU minus the baseline's ({base['beam']:.2f}); bars: the seeds' spread")
+    ax.set_xlabel(f"dev BLEU minus the baseline's ({base['beam']:.2f}); error bars: the rule's margin")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     with atomic_write(output) as tmp:

@@ -1,14 +1,15 @@
 """ablate.py's bookkeeping on the sample preset, one epoch a run: an interrupted run resumes, the
 table and its picture are written (a section written by hand below it kept), and a second call
-trains and evaluates nothing again."""
+trains and evaluates nothing again; its verdict rule on made-up figures."""
 import json
 import os
 import re
 import signal
 
+import numpy as np
 import pytest
 
-from ablate import wall_seconds
+from ablate import verdict, wall_seconds
 from conftest import run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from)
@@ -36,7 +37,8 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\), in "
                      r"(float32|mixed_bfloat16)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())
-    assert scores["epochs"] == 1 and "as trained" in scores["beam"]
+    assert scores["epochs"] == 1 and "as trained" in scores["evals"]
+    assert set(scores["evals"]["as trained"]) == {"beam", "loss"}  # each measured by eval.py
     again = run_script("ablate.py", *common)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
@@ -59,3 +61,27 @@ def test_wall_seconds_adds_the_clocks_of_a_resumed_run():
     # train.py's elapsed_seconds restarts with each process: epochs 1-2, then a resume for 3-4
     history = [{"elapsed_seconds": t} for t in (60.0, 120.0, 70.0, 130.0)]
     assert wall_seconds(history) == 250.0
+
+
+WITHIN = "within the seeds' variation"
+
+
+def test_the_verdict_calls_noise_within_and_a_clear_effect_by_its_name():
+    base = [41.4, 41.6, 41.5]
+    assert verdict([41.2, 41.9, 41.3], base) == WITHIN  # a tenth of a point apart, seeds 0.7 apart
+    assert verdict([40.1, 40.3, 40.2], base) == "worse"
+    assert verdict([42.6, 42.5, 42.7], base) == "better"
+    assert verdict([40.1, 40.3], base[:2]) == "worse on 2 seeds: needs more"
+    assert verdict([40.0], base) == "one seed: no spread to judge by yet"
+    # -0.52 against seeds 0.47 and 0.28 apart (two seeds each), which a max-min rule called worse
+    assert verdict([40.785, 41.255], [41.41, 41.69]) == WITHIN
+
+
+def test_the_verdict_calls_about_one_difference_in_twenty_real_where_there_is_none():
+    rng = np.random.default_rng(0)
+
+    def calls(effect, trials=4000):  # the share of trials not called within, three seeds a side
+        return np.mean([verdict(list(rng.normal(40 + effect, 0.3, 3)), list(rng.normal(40, 0.3, 3))) != WITHIN
+                        for _ in range(trials)])
+    assert 0.035 < calls(0.0) < 0.065  # the rule's stated 5%
+    assert calls(1.2) > 0.9  # an effect of four standard deviations of a seed

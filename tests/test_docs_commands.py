@@ -71,6 +71,9 @@ def test_the_recipes_outputs_are_where_the_documents_say(checkouts):
         assert len(f.read().splitlines()) == 8  # one line out per line of de.txt
     assert os.path.isfile(os.path.join(readme, "attention.png"))
     assert os.path.isfile(os.path.join(readme, "exported", "sample-ct2", "model.bin"))
+    # the ablation recipe writes its table beside its runs; the shipped docs/ablations.md is not touched
+    assert os.path.isfile(os.path.join(readme, "log", "ablations", "multi30k", "ablations.md"))
+    assert not os.path.exists(os.path.join(readme, "docs", "ablations.md"))
     using = checkouts("docs/using.md").run_all().path
     assert os.path.isfile(os.path.join(using, "log", "multi30k", "history.png"))
 

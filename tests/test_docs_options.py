@@ -18,6 +18,7 @@ FOREIGN = {
     "--bos_id": "the same", "--eos_id": "the same",
     "--xla_force_host_platform_device_count": "XLA_FLAGS: JAX's host devices",
     "--xla_cpu_use_onednn": "XLA_FLAGS", "--xla_cpu_experimental_onednn_custom_call": "XLA_FLAGS",
+    "--xla_gpu_enable_triton_gemm": "XLA_FLAGS", "--xla_gpu_autotune_level": "XLA_FLAGS",
     "--tf_xla_auto_jit": "TF_XLA_FLAGS", "--tf_xla_cpu_global_jit": "TF_XLA_FLAGS",
     "--tf_xla_ops_to_cluster": "TF_XLA_FLAGS",
 }

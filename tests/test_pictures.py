@@ -100,10 +100,12 @@ def test_an_ablation_bar_far_beyond_the_others_is_cut_with_its_value_written(tmp
     drawn, savefig = [], matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
                         lambda fig, *a, **k: drawn.append(fig) or savefig(fig, *a, **k))
-    rows = {"preset": dict(verdict="the baseline", beam=41.5, spread=0.3, difference=0.0),
-            "broken": dict(verdict="worse", beam=3.4, spread=0.1, difference=-38.1),
-            "small": dict(verdict="worse", beam=40.0, spread=0.5, difference=-1.5),
-            "beam": dict(verdict="better", beam=41.9, spread=0.2, difference=0.4)}
+    rows = {"preset": dict(verdict="the baseline", beam=41.5, margin=0.0, difference=0.0),
+            "broken": dict(verdict="worse", beam=3.4, margin=0.2, difference=-38.1),
+            "small": dict(verdict="worse on 2 seeds: needs more", beam=40.0, margin=0.9, difference=-1.5),
+            "beam": dict(verdict="better", beam=41.9, margin=0.3, difference=0.4),
+            "one_seed": dict(verdict="one seed: no spread to judge by yet", beam=41.0, margin=float("inf"),
+                             difference=-0.5)}
     plot_ablations(rows, str(tmp_path / "a.png"))
     ax = drawn[0].axes[0]
     left, right = ax.get_xlim()
