@@ -31,9 +31,13 @@ from utils import UserError
 JAX_STATIC_ARGS = {"greedy_loop": (1,), "beam_loop": (1, 3, 4)}
 
 def default_max_len(model, source_length):
-    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10."""
-    max_len = int(1.5 * source_length) + 10
-    return min(max_len, model.maxlen2) if model.positional == "learned" else max_len
+    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10, and no more than a
+    learned position table holds. source_length: a Python int, or an int scalar tensor in a traced
+    graph (serving.py's SavedModel), which gets one back."""
+    max_len = 3 * source_length // 2 + 10  # 1.5 * T1 rounded down, + 10
+    if model.positional != "learned":
+        return max_len
+    return min(max_len, model.maxlen2) if isinstance(max_len, int) else ops.minimum(max_len, model.maxlen2)
 
 
 def bar_tokens(log_probs, allow_eos):

@@ -142,7 +142,7 @@ def export_saved_model(translator, output):
     tf_text = optional("tensorflow_text", "export")
 
     import data_load
-    from decoding import greedy_loop
+    from decoding import default_max_len, greedy_loop
 
     if keras.backend.backend() != "tensorflow":
         raise UserError("--format saved_model needs KERAS_BACKEND=tensorflow")
@@ -150,13 +150,13 @@ def export_saved_model(translator, output):
     tokenizer = tf_text.SentencepieceTokenizer(model=translator.sp.serialized_model_proto(), add_eos=True)
 
     def translate(sentences):
-        # prepro.clean in TensorFlow ops: NFKC, no byte-order marks or control characters, one space
+        # data_load.clean in TensorFlow ops: NFKC, no byte-order marks or control characters, one space
         text = tf_text.normalize_utf8(tf.strings.regex_replace(sentences, "\ufeff", ""), "NFKC")
         text = tf.strings.strip(tf.strings.regex_replace(text, r"[\p{Cc}\s]+", " "))
         source = tokenizer.tokenize(text).to_tensor(default_value=data_load.PAD)  # (N, T): pieces, </s>
         pad = -tf.shape(source)[1] % data_load.PAD_MULTIPLE
         source = tf.pad(source, [[0, 0], [0, pad]])  # (N, T1): padded as data_load.encoder_inputs
-        max_len = tf.cast(1.5 * tf.cast(tf.shape(source)[1], tf.float32), tf.int32) + 10  # decoding.default_max_len
+        max_len = default_max_len(model, tf.shape(source)[1])  # as translate.py decodes
         ids, _ = greedy_loop(model, source, max_len, tf.constant(0))  # (N, L)
         keep = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, data_load.EOS), tf.int32), axis=1), 0)  # before </s>
         words = tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))  # (N,)

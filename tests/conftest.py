@@ -104,7 +104,11 @@ def copy_batches(seed=0):
 
 @pytest.fixture(scope="session")
 def copy_model():
-    """A tiny Transformer trained on the copy task, and the batch maker it learned from."""
+    """A tiny Transformer trained on the copy task, and the batch maker it learned from.
+
+    Its weights are kept in .test-cache/ under the quick start's digest (quick_start_key: the code,
+    Keras and its backend, the CPU), so a later session of the same code loads them instead of
+    training the same model again; TESTS_FRESH_QUICK_START=1 trains it anew."""
     import keras
 
     import hyperparams
@@ -115,8 +119,21 @@ def copy_model():
                              lr=3e-3, warmup_steps=100, smoothing=0.0)
     m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
     batch = copy_batches()
-    x, d, y = batch(64 * 250)
+    x, d, y = batch(64 * 250)  # drawn either way: the tests' batches come after these
+    key, backend = quick_start_key(), keras.backend.backend()
+    kept = pathlib.Path(ROOT, ".test-cache", f"copy_model-{backend}-{key}.weights.h5")
+    if key is not None and os.environ.get("TESTS_FRESH_QUICK_START") != "1" and kept.exists():
+        m.load_weights(kept)
+        return m, batch
     m.fit((x, d), y, batch_size=64, epochs=2, verbose=0, shuffle=False)
+    if key is not None:
+        kept.parent.mkdir(exist_ok=True)
+        part = kept.with_name(f"copy_model-{backend}-{key}.tmp{os.getpid()}.weights.h5")
+        m.save_weights(part)
+        for older in kept.parent.glob(f"copy_model-{backend}-*.weights.h5"):  # of other code: no use now
+            if ".tmp" not in older.name and older != kept:
+                older.unlink(missing_ok=True)
+        os.replace(part, kept)  # whole or not at all
     return m, batch
 
 

@@ -16,8 +16,8 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
 - `--download` is dropped: data/<preset> already holds the files (the tests do not use the network);
 - every train.py but the quick start's trains one epoch of a tiny model
   (`--num_epochs 1 --d_model 32 --d_ff 64 --num_blocks 1 --num_heads 2`), ablate.py one seed of
-  such runs, and a benchmark measures two steps of that model; the quick start runs exactly as
-  typed (the other tests use its model);
+  such runs, and a benchmark measures two steps of that model in batches of 512 tokens; the quick
+  start runs exactly as typed (the other tests use its model);
 - a command that the pages repeat word for word runs once (Checkout.run_command);
 - the environment adds `TF_CPP_MIN_LOG_LEVEL=2` (TensorFlow's C++ log below errors, as every
   script sets when it starts) and `XLA_FLAGS=--xla_backend_optimization_level=0`
@@ -48,7 +48,8 @@ TEXT_TAGS = {"text": "a listing (files, output), not commands"}
 TINY_MODEL = ["--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
 ADDED = {  # script: what is appended to its command line (beside the quick start)
     "train.py": ["--num_epochs", "1", *TINY_MODEL],
-    "bench/train_speed.py": ["--steps", "2", "--yardsticks", "none", "--reference_shaped", "0", *TINY_MODEL],
+    "bench/train_speed.py": ["--steps", "2", "--yardsticks", "none", "--reference_shaped", "0", *TINY_MODEL,
+                             "--tokens_per_batch", "512"],
     "ablate.py": ["--seeds", "1", "--num_epochs", "1", *TINY_MODEL],  # one seed; the rest reaches train.py
 }
 SKIPPED = {  # a command's first words: why it is not run here

@@ -178,3 +178,14 @@ def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeyp
         np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4)
         beams.append(ids)
     np.testing.assert_array_equal(beams[0], beams[1])
+
+
+def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
+    """default_max_len gives 1.5 T1 + 10, clamped to a learned position table, for a Python int and
+    for a length tensor (serving.py's SavedModel computes it in its graph) alike."""
+    import types
+    sinusoid, learned = types.SimpleNamespace(positional="sinusoid"), types.SimpleNamespace(positional="learned",
+                                                                                             maxlen2=30)
+    for model, length, want in ((sinusoid, 13, 29), (learned, 8, 22), (learned, 16, 30)):
+        assert decoding.default_max_len(model, length) == want
+        assert int(ops.convert_to_numpy(decoding.default_max_len(model, ops.convert_to_tensor(length)))) == want
