@@ -72,8 +72,8 @@ def main(argv=None):
     reference_layout = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['reference']:.2f}")
     write_hypotheses(reference_layout, hypotheses, scores["reference_report"])
     print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}")
-    print(text)
     print(f"loss {args.split} {loss:.3f} (the training loss, label smoothing {hp.smoothing:g}, per target token)")
+    print(text)
 
 
 if __name__ == "__main__":
