@@ -30,9 +30,11 @@ import statistics
 import subprocess
 import sys
 
+import data_load
 import devices
 import hyperparams
 from pictures import plot_ablations, read_history
+from scoring import paired_bootstrap, read_hypotheses
 from utils import UserError, atomic_write, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,7 +139,8 @@ def measure(preset, variant, seed, runs, extra, report_only=False):
     if key not in evals:
         out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
         evals[key] = dict(beam=found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir),
-                          loss=found(out, r"loss dev ([\d.]+)", logdir))
+                          loss=found(out, r"loss dev ([\d.]+)", logdir),
+                          hypotheses=re.search(r"in the reference's layout, (.+)$", out, re.M).group(1).strip())
         if "--average_last" in eval_args:  # weights other than the last epoch's: their own greedy BLEU
             out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args, "--beam_size", "1"])
             evals[key]["greedy"] = found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir)
@@ -145,7 +148,27 @@ def measure(preset, variant, seed, runs, extra, report_only=False):
     scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
     return dict(scores, greedy=evals[key].get("greedy", last["dev_bleu"]), beam=evals[key]["beam"],
-                loss=evals[key]["loss"], minutes=scores["minutes"] if train_args or variant == BASELINE else None)
+                loss=evals[key]["loss"], minutes=scores["minutes"] if train_args or variant == BASELINE else None,
+                hypotheses=evals[key].get("hypotheses"), logdir=logdir)
+
+
+def bootstrap(rows, results):
+    """For each row that decodes the preset's own runs another way: sacreBLEU's paired bootstrap
+    of its dev translations against the preset's, seed by seed (the same model, so the same
+    sentences pair up), as row["bootstrap"], [p-value of each seed]; a second opinion beside RULE."""
+    base = {s["logdir"]: s["hypotheses"] for s in results[BASELINE]}
+    for name, seeds in results.items():
+        if name == BASELINE or VARIANTS[name][0]:
+            continue
+        ps = []
+        for s in seeds:
+            if s.get("hypotheses") and base.get(s["logdir"]):
+                with open(os.path.join(s["logdir"], "hparams.json"), encoding="utf-8") as f:
+                    settings = json.load(f)
+                references = data_load.load_text(settings["prepro_dir"], "dev", settings["tgt_lang"])
+                ps.append(paired_bootstrap(read_hypotheses(base[s["logdir"]]), read_hypotheses(s["hypotheses"]),
+                                           references, settings["tgt_lang"]))
+        rows[name]["bootstrap"] = ps
 
 
 def found(output, pattern, logdir):
@@ -251,10 +274,12 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
              f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
              f"BLEU with its standard deviation). A row with no training settings scores the preset's "
              f"own runs another way. The difference is the row's beam BLEU minus the preset's, with the "
-             f"margin the rule needs. The rule: {RULE}. Minutes are the wall time of training one seed, "
-             f"evaluation after each epoch included: they rise with whatever else the machine runs "
-             f"meanwhile, so they are a guide to cost, not a speed measurement (docs/speed.md measures "
-             f"speed, side by side).", "",
+             f"margin the rule needs. The rule: {RULE}. For a row that decodes the preset's own runs another "
+             f"way, sacreBLEU's paired bootstrap of its dev translations against the preset's (p, seed by "
+             f"seed: small means a difference chance rarely gives) is a second opinion. Minutes are the "
+             f"wall time of training one seed, evaluation after each epoch included: they rise with "
+             f"whatever else the machine runs meanwhile, so they are a guide to cost, not a speed "
+             f"measurement (docs/speed.md measures speed, side by side).", "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}."
@@ -264,8 +289,8 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
              "", f"![Each row's difference to the preset, with the margin the rule needs]"
                  f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
              "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam (mean ± sd) | dev loss | "
-                 "minutes | difference (± margin) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+                 "minutes | difference (± margin) | verdict | paired bootstrap p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         train_args, eval_args, what = VARIANTS[name]
         settings = " ".join(train_args + eval_args) or "(none)"
@@ -273,7 +298,7 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
         margin_ = "" if name == BASELINE else " ± —" if math.isinf(row["margin"]) else f" ± {row['margin']:.2f}"
         lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} ± "
                      f"{row['sd']:.2f} | {row['loss']:.3f} | {minutes} | {row['difference']:+.2f}{margin_} | "
-                     f"{row['verdict']} |")
+                     f"{row['verdict']} | {', '.join(f'{p:.3f}' for p in row.get('bootstrap', []))} |")
     write_text(path, "\n".join(lines) + "\n" + kept_sections(path))
 
 
@@ -331,6 +356,7 @@ def main(argv=None):
         raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
                         f"(run ablate.py without --report first)")
     rows = summarize(results)
+    bootstrap(rows, results)
     output = args.output or os.path.join(runs, "ablations.md")
     picture = os.path.splitext(output)[0] + ".png"
     plot_ablations(rows, picture)

@@ -44,6 +44,28 @@ def multi_bleu_report(score):
     return f"BLEU = {score.score:.2f}, {precisions} (BP={score.bp:.3f}, ration={ratio:.3f})"
 
 
+def paired_bootstrap(baseline, system, references, language="en", resamples=1000):
+    """sacreBLEU's paired bootstrap resampling (Koehn, 2004) of two systems' outputs for the same
+    sentences: the p-value of a BLEU difference as large as theirs arising by chance (1.0 where the
+    outputs are the same). sacreBLEU fixes its own seed (SACREBLEU_SEED), so the figure repeats."""
+    import logging
+
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if list(system) == list(baseline):
+        return 1.0
+    metric = BLEU(tokenize=TOKENIZERS.get(language, "13a"))
+    logger, level = logging.getLogger("sacrebleu"), logging.getLogger("sacrebleu").level
+    logger.setLevel(logging.WARNING)  # its progress lines
+    try:
+        _, results = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": metric}, [references],
+                                test_type="bs", n_samples=resamples)()
+    finally:
+        logger.setLevel(level)
+    return results["BLEU"][1].p_value
+
+
 def read_hypotheses(path):
     """One translation per line; a trailing `BLEU = ...` line (the reference's result files) is dropped."""
     with open(path, encoding="utf-8") as f:

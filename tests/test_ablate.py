@@ -19,8 +19,8 @@ EXTRA = ["--num_epochs", "1", "--tokens_per_batch", "256", "--save_every_steps",
 @pytest.mark.slow
 def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp_path):
     runs, table = tmp_path / "runs", tmp_path / "ablations.md"
-    common = ["--preset", "sample", "--only", "pre_norm", "--seeds", "1", "--runs", str(runs), "--output", str(table),
-              *EXTRA, "--prepro_dir", str(quick_start.prepro)]
+    common = ["--preset", "sample", "--only", "pre_norm,no_length_penalty", "--seeds", "1", "--runs", str(runs),
+              "--output", str(table), *EXTRA, "--prepro_dir", str(quick_start.prepro)]
     interrupted = runs / "pre_norm" / "seed1"
     killed = run_script("tests/interrupted_train.py", "10", "train.py", "--preset", "sample", "--logdir",
                         str(interrupted), "--seed", "1", "--norm", "pre", *EXTRA,
@@ -30,15 +30,17 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "resuming from" in first.stdout and "epoch 2, batch" not in first.stdout
     text = table.read_text(encoding="utf-8")
-    rows = [line for line in text.splitlines() if line.startswith("| preset") or line.startswith("| pre_norm")]
-    assert len(rows) == 2 and "`--norm pre`" in rows[1] and "the baseline" in rows[0]
-    assert rows[1].split("|")[-2].strip() == "one seed: no spread to judge by yet"
+    rows = [line.split("|") for line in text.splitlines() if line.startswith(("| preset", "| pre_norm", "| no_length"))]
+    assert len(rows) == 3 and "`--norm pre`" in rows[1][3] and "the baseline" in rows[0][-3]
+    assert rows[1][-3].strip() == "one seed: no spread to judge by yet"
+    # the row that decodes the preset's run another way: no minutes of its own, a paired bootstrap p
+    assert rows[2][9].strip() == "" and rows[0][9].strip() and 0 < float(rows[2][-2]) <= 1
     assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
     assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\), in "
                      r"(float32|mixed_bfloat16)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())
     assert scores["epochs"] == 1 and "as trained" in scores["evals"]
-    assert set(scores["evals"]["as trained"]) == {"beam", "loss"}  # each measured by eval.py
+    assert set(scores["evals"]["as trained"]) == {"beam", "loss", "hypotheses"}  # each from eval.py
     again = run_script("ablate.py", *common)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
@@ -85,3 +87,16 @@ def test_the_verdict_calls_about_one_difference_in_twenty_real_where_there_is_no
                         for _ in range(trials)])
     assert 0.035 < calls(0.0) < 0.065  # the rule's stated 5%
     assert calls(1.2) > 0.9  # an effect of four standard deviations of a seed
+
+
+def test_the_paired_bootstrap_finds_a_real_difference_and_not_an_equal_one():
+    from scoring import paired_bootstrap
+    rng = np.random.default_rng(0)
+    references = [f"a dog number {i} runs on the grass today" for i in range(300)]
+
+    def output(wrong):  # each sentence gets a wrong word with probability `wrong`
+        return [r.replace("runs", "sits") if rng.random() < wrong else r for r in references]
+    half = output(0.5)
+    assert paired_bootstrap(half, half, references) == 1.0
+    assert paired_bootstrap(half, output(0.5), references) > 0.05
+    assert paired_bootstrap(half, output(0.2), references) < 0.01
