@@ -1,0 +1,260 @@
+"""The reference's own code, run as published beside the port: Kyubyong Park's `transformer` at
+commit fb023bb (master, 2019-09-24), its train.py unedited, on today's TensorFlow.
+
+    python reference.py train --reference_dir ../kyubyong-transformer --prepro_dir prepro/multi30k \\
+        --workdir log/reference/multi30k -- --num_epochs 20 --d_model 256 --d_ff 1024 --num_blocks 3 \\
+        --num_heads 4
+    python reference.py convert --ckpt log/reference/multi30k/log/1/iwslt2016_E20L2.50-4540 \\
+        --prepro_dir prepro/multi30k --logdir log/from_reference
+
+`train` does this:
+  - writes the ids of --prepro_dir (prepro.py's, the port's own) in the reference's input format
+    into <workdir>/data/: its --train1/--train2/--eval1/--eval2 files (sentencepiece pieces
+    separated by spaces, one sentence a line), --eval3 (the raw dev target text, which its BLEU
+    is scored against) and --vocab (one piece a line, in id order);
+  - runs the reference's train.py in <workdir>, in a process of its own where the substitutions of
+    SUBSTITUTIONS (and only those) are made before the reference's first line runs, with those
+    file arguments, --vocab_size, and the arguments after `--` passed on as they are.
+The reference then writes what it always wrote, relative to <workdir>: log/1/ (checkpoints and
+TensorBoard summaries; --logdir) and eval/1/ (each epoch's dev translations ending with their
+multi-bleu.perl line; --evaldir). Its multi-bleu.perl is linked into <workdir>, where it runs it.
+
+Without --reference_dir the public repository is cloned at that commit into <workdir>/code (git
+and the network needed). The reference's code needs tf_keras (`bash setup.sh dev` installs it).
+
+`convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
+wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
+reference's 2019 code) at the checkpoint's sizes, its weights in ckpt/ as an epoch checkpoint, and
+--prepro_dir's vocabulary, which must be the one the reference trained with (`train` above wrote
+its files from it). eval.py, translate.py, attention.py and export.py then use it as a run the port
+trained. The port's outputs equal the reference's for the same weights (tests/test_reference.py;
+PORTING.md says what differs and why it changes nothing at real tokens).
+"""
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import checkpoints
+import data_load
+import hyperparams
+from utils import UserError, run_cli
+
+REPOSITORY = "https://github.com/Kyubyong/transformer"
+COMMIT = "fb023bb097e08d53baf25b46a9da490beba51a21"  # master, "removed query masking", 2019-09-24
+# Every change made for today's TensorFlow, in the reference's process only: (what its code names,
+# what stands in for it). No line of its files is edited.
+SUBSTITUTIONS = (
+    ("tensorflow (`import tensorflow as tf`)",
+     "tensorflow.compat.v1 with TensorFlow 2's behaviour turned off (tf.disable_v2_behavior()): sessions, "
+     "graphs, variable scopes and tf.train as in TensorFlow 1"),
+    ("tf.contrib.layers.xavier_initializer", "tf.glorot_uniform_initializer, the same distribution (TensorFlow 2 "
+                                             "has no tf.contrib)"),
+    ("tf.layers (dense, dropout)", "tf_keras's TensorFlow 1 layers (TF_USE_LEGACY_KERAS=1): Keras 3 has none"),
+)
+# Run in the reference's process: the substitutions above, then its script as __main__.
+LAUNCHER = """
+import os, runpy, sys, types
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow.compat.v1 as tf
+tf.disable_v2_behavior()
+tf.layers.dense, tf.layers.dropout  # load tf_keras's TensorFlow 1 layers before tensorflow is replaced
+tf.contrib = types.SimpleNamespace(layers=types.SimpleNamespace(xavier_initializer=tf.glorot_uniform_initializer))
+sys.modules["tensorflow"] = tf
+code, script = sys.argv[1], sys.argv[2]
+sys.path.insert(0, code)
+sys.argv = [os.path.join(code, script)] + sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+FILES = ("train.py", "model.py", "modules.py", "data_load.py", "utils.py", "hparams.py", "multi-bleu.perl")
+
+
+def reference_code(reference_dir, workdir):
+    """The folder of the reference's files: reference_dir, checked, or a clone at COMMIT."""
+    if reference_dir is None:
+        reference_dir = os.path.join(workdir, "code")
+        if not os.path.isdir(reference_dir):
+            for command in (["git", "clone", "--quiet", REPOSITORY, reference_dir],
+                            ["git", "-C", reference_dir, "checkout", "--quiet", COMMIT]):
+                if subprocess.run(command).returncode != 0:
+                    raise UserError(f"{' '.join(command)} failed: clone {REPOSITORY} yourself and pass "
+                                    f"--reference_dir")
+    missing = [name for name in FILES if not os.path.isfile(os.path.join(reference_dir, name))]
+    if missing:
+        raise UserError(f"--reference_dir {reference_dir}: no {', '.join(missing)}; give the folder of a "
+                        f"clone of {REPOSITORY} at commit {COMMIT[:7]}")
+    return os.path.abspath(reference_dir)
+
+
+def write_inputs(prepro_dir, folder):
+    """The split files and vocabulary of prepro_dir in the reference's format, in folder; the
+    reference's file arguments for them."""
+    sp = data_load.load_vocab(prepro_dir)
+    meta = data_load.load_meta(prepro_dir)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    os.makedirs(folder, exist_ok=True)
+
+    def write(name, lines):
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+        return path
+
+    args = ["--vocab", write("bpe.vocab", pieces), "--vocab_size", str(len(pieces))]
+    for split, flags in (("train", ("--train1", "--train2")), ("dev", ("--eval1", "--eval2"))):
+        sides = zip(flags, (meta["src_lang"], meta["tgt_lang"]), data_load.load_split(prepro_dir, split))
+        for flag, lang, ids in sides:
+            args += [flag, write(f"{split}.{lang}.bpe", (" ".join(pieces[i] for i in row) for row in ids))]
+    args += ["--eval3", write(f"dev.{meta['tgt_lang']}", data_load.load_text(prepro_dir, "dev", meta["tgt_lang"]))]
+    return args
+
+
+def run_reference(code, workdir, script, args):
+    """Run the reference's script with args in workdir, in its own process (LAUNCHER); its exit status."""
+    link = os.path.join(workdir, "multi-bleu.perl")
+    if not os.path.exists(link):
+        os.symlink(os.path.join(code, "multi-bleu.perl"), link)
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    return subprocess.run([sys.executable, "-c", LAUNCHER, code, script, *args], cwd=workdir, env=env).returncode
+
+
+# The reference's hparams that the port's settings take at the checkpoint's values (the same names)
+SIZES = ("vocab_size", "d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "dropout_rate", "smoothing",
+         "lr", "warmup_steps", "num_epochs")
+
+
+def port_settings(reference_hparams, prepro_dir, logdir):
+    """The port's Hparams for a reference run: the iwslt2016 preset (the reference's 2019 choices)
+    with the run's sizes, its batch of sentences, and prepro_dir's languages."""
+    meta = data_load.load_meta(prepro_dir)
+    return dataclasses.replace(hyperparams.preset("iwslt2016"), prepro_dir=prepro_dir, logdir=logdir,
+                               src_lang=meta["src_lang"], tgt_lang=meta["tgt_lang"],
+                               batch_sentences=int(reference_hparams["batch_size"]),
+                               **{name: type(getattr(hyperparams.Hparams(), name))(reference_hparams[name])
+                                  for name in SIZES})
+
+
+def weight_pairs(model, tensor):
+    """[(the port's variable, the reference's value)] for every weight of a model built with
+    port_settings; tensor(name) reads one of the reference's variables."""
+    pairs = [(model.embedding.embeddings, tensor("shared_weight_matrix/weight_mat"))]
+
+    def attention(mha, scope):  # Q, K, V: dense, dense_1, dense_2 (no W^O in the reference)
+        for dense, name in ((mha.query_dense, "dense"), (mha.key_dense, "dense_1"), (mha.value_dense, "dense_2")):
+            pairs.extend([(dense.kernel, tensor(f"{scope}/{name}/kernel")),
+                          (dense.bias, tensor(f"{scope}/{name}/bias"))])
+
+    def norm(add_norm, scope):
+        pairs.extend([(add_norm.norm.gamma, tensor(f"{scope}/ln/gamma")),
+                      (add_norm.norm.beta, tensor(f"{scope}/ln/beta"))])
+
+    def feed_forward(ffn, scope):  # dense layers (d, f) as kernel-size-1 convolutions (1, d, f)
+        for conv, name in ((ffn.inner, "dense"), (ffn.outer, "dense_1")):
+            pairs.extend([(conv.kernel, tensor(f"{scope}/{name}/kernel")[None]),
+                          (conv.bias, tensor(f"{scope}/{name}/bias"))])
+
+    for i, block in enumerate(model.encoder_blocks):
+        scope = f"encoder/num_blocks_{i}"
+        attention(block.self_attention, f"{scope}/multihead_attention")
+        norm(block.self_attention_norm, f"{scope}/multihead_attention")
+        feed_forward(block.feed_forward, f"{scope}/positionwise_feedforward")
+        norm(block.feed_forward_norm, f"{scope}/positionwise_feedforward")
+    for i, block in enumerate(model.decoder_blocks):
+        scope = f"decoder/num_blocks_{i}"
+        for layer, add_norm, name in ((block.self_attention, block.self_attention_norm, "self_attention"),
+                                      (block.cross_attention, block.cross_attention_norm, "vanilla_attention")):
+            attention(layer, f"{scope}/{name}")
+            norm(add_norm, f"{scope}/{name}")
+        feed_forward(block.feed_forward, f"{scope}/positionwise_feedforward")
+        norm(block.feed_forward_norm, f"{scope}/positionwise_feedforward")
+    return pairs
+
+
+def from_reference(ckpt, prepro_dir, logdir):
+    """The port's model holding a reference checkpoint's weights, and its Hparams (port_settings)."""
+    import tensorflow as tf
+
+    import model as transformer
+
+    folder = os.path.dirname(ckpt)
+    try:
+        with open(os.path.join(folder, "hparams"), encoding="utf-8") as f:
+            reference_hparams = json.load(f)
+        reader = tf.train.load_checkpoint(ckpt)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise UserError(f"--ckpt {ckpt}: not a reference checkpoint with its hparams file beside it ({e})") from None
+    hp = port_settings(reference_hparams, prepro_dir, logdir)
+    vocab_size = data_load.load_meta(prepro_dir)["vocab_size"]
+    if vocab_size != hp.vocab_size:
+        raise UserError(f"--prepro_dir {prepro_dir} has {vocab_size} pieces, the checkpoint {hp.vocab_size}: give the "
+                        f"prepro folder the reference trained on")
+    model = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels="plain"), vocab_size), hp)
+    pairs = weight_pairs(model, reader.get_tensor)
+    left = {id(v) for v in model.trainable_weights} - {id(v) for v, _ in pairs}
+    if left:  # a weight the reference has no value for: the choices above no longer match it
+        names = ", ".join(v.path for v in model.trainable_weights if id(v) in left)
+        raise UserError(f"cannot convert: the port's {names} have no counterpart in the reference's checkpoint")
+    for variable, value in pairs:
+        if tuple(variable.shape) != value.shape:
+            raise UserError(f"--ckpt {ckpt}: {variable.path} is {tuple(variable.shape)} in the port, "
+                            f"{value.shape} there")
+        variable.assign(value)
+    if reader.has_tensor("global_step"):
+        model.optimizer.iterations.assign(int(reader.get_tensor("global_step")))
+    return model, hp
+
+
+def convert(ckpt, prepro_dir, logdir):
+    """A run folder of the port in logdir from a reference checkpoint: hparams.json, vocab/, and the
+    weights as ckpt/E<epoch>L0.00B0.00.keras (the reference's epoch from its global step); its path."""
+    model, hp = from_reference(ckpt, prepro_dir, logdir)
+    hyperparams.save_hparams(hp, logdir)
+    checkpoints.keep_vocabulary(prepro_dir, logdir)
+    step = int(model.optimizer.iterations.numpy())
+    path = os.path.join(logdir, "ckpt", f"E{1:02d}L0.00B0.00.keras")
+    checkpoints.save(model, path, checkpoints.training_state(model, logdir, 1, 0, 0.0, 0.0))
+    print(f"converted {ckpt} (step {step}) -> {path}, settings {os.path.join(logdir, 'hparams.json')}")
+    return path
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Substitutions made in the reference's process: "
+               + "; ".join(f"{name} -> {what}" for name, what in SUBSTITUTIONS))
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="run the reference's train.py on prepro.py's ids",
+                                epilog="Arguments after -- go to the reference's train.py (its hparams.py lists them).")
+    train.add_argument("--reference_dir", metavar="PATH",
+                       help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
+    train.add_argument("--prepro_dir", required=True, metavar="PATH", help="prepro.py's output to train on")
+    train.add_argument("--workdir", required=True, metavar="PATH",
+                       help="where the reference runs: its data/, log/1/ and eval/1/ go there")
+    to_port = commands.add_parser("convert", help="a reference checkpoint as a run folder of the port")
+    to_port.add_argument("--ckpt", required=True, metavar="PREFIX",
+                         help="the checkpoint's prefix, e.g. log/1/iwslt2016_E20L2.50-4540 (its hparams file "
+                              "beside it)")
+    to_port.add_argument("--prepro_dir", required=True, metavar="PATH", help="the prepro.py folder it was trained on")
+    to_port.add_argument("--logdir", required=True, metavar="PATH", help="the run folder to write")
+    args = parser.parse_args(own)
+    if args.command == "convert":
+        if rest:
+            parser.error("convert takes no arguments after --")
+        convert(args.ckpt, args.prepro_dir, args.logdir)
+        return
+    os.makedirs(args.workdir, exist_ok=True)
+    code = reference_code(args.reference_dir, args.workdir)
+    files = write_inputs(args.prepro_dir, os.path.join(args.workdir, "data"))
+    print(f"the reference's train.py ({code}) in {args.workdir}, with: {' '.join(files + rest)}", flush=True)
+    status = run_reference(code, os.path.abspath(args.workdir), "train.py",
+                           [os.path.abspath(a) if os.path.isfile(a) else a for a in files] + rest)
+    if status != 0:
+        raise UserError(f"the reference's train.py stopped with exit status {status} (its output above)")
+
+
+if __name__ == "__main__":
+    run_cli(main)

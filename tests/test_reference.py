@@ -1,0 +1,87 @@
+"""The port computes the reference's numbers: Kyubyong Park's own code (commit fb023bb), run unedited
+by reference.py in a process of its own, against the port given the same weights (converted by
+reference.py convert). Skipped, with the reason, where the reference's files or tf_keras are missing."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import data_load
+import reference
+from conftest import ROOT, run_script
+
+CODE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "kyubyong-transformer-fb023bb")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.isfile(os.path.join(CODE, "train.py")),
+                                 reason=f"the reference's files are not at {CODE}"),
+              pytest.mark.skipif(__import__("importlib").util.find_spec("tf_keras") is None,
+                                 reason="tf_keras is not installed (bash setup.sh dev)")]
+# A tiny model: both sides are checked at the same sizes, whatever they are
+SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "40",
+         "--maxlen2", "40"]
+
+
+def test_same_weights_give_the_same_logits_and_loss(quick_start, tmp_path):
+    """The reference's Transformer at random weights and the port holding them (converted): the
+    logits at every target position that is not padding agree within 1e-5, and so does the loss."""
+    prepro = str(quick_start.prepro)
+    files = reference.write_inputs(prepro, str(tmp_path / "data"))
+    src, tgt = data_load.load_split(prepro, "dev")
+    (x, d), y = data_load.training_arrays(src[:12], tgt[:12], multiple=1)
+    np.savez(tmp_path / "batch.npz", x=x, d=d, y=y)
+    logdir = tmp_path / "reference"
+    status = reference.run_reference(CODE, str(tmp_path), os.path.join(ROOT, "tests", "reference_forward.py"),
+                                     [str(tmp_path / "batch.npz"), str(tmp_path / "out.npz"), *files, *SIZES,
+                                      "--dropout_rate", "0", "--logdir", str(logdir)])
+    assert status == 0
+    want = np.load(tmp_path / "out.npz")
+
+    from keras import ops
+
+    import modules
+    model, hp = reference.from_reference(str(logdir / "random-0"), prepro, str(tmp_path / "port"))
+    logits = ops.convert_to_numpy(model((x, d), training=False))  # (N, T2, V)
+    real = y != 0
+    np.testing.assert_allclose(logits[real], want["logits"][real], rtol=0, atol=1e-5)
+    loss = modules.LabelSmoothedCrossEntropy(hp.smoothing, pad_id=0)(y, logits)
+    np.testing.assert_allclose(float(ops.convert_to_numpy(loss)), float(want["loss"]), rtol=0, atol=1e-5)
+
+
+def test_the_reference_trains_as_published_and_its_checkpoint_serves_the_port(quick_start, tmp_path):
+    """reference.py train runs the reference's own train.py (one epoch, tiny): it writes its dev
+    translations and a checkpoint; converted, the checkpoint decodes dev greedily to the reference's
+    own translations, and translate.py (beam 4) and export.py take the converted run."""
+    prepro, work = str(quick_start.prepro), tmp_path / "work"
+    run = run_script("reference.py", "train", "--reference_dir", CODE, "--prepro_dir", prepro, "--workdir", str(work),
+                     "--", "--num_epochs", "1", "--batch_size", "64", *SIZES, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    (translations,) = (work / "eval" / "1").iterdir()
+    theirs = translations.read_text(encoding="utf-8").splitlines()
+    assert theirs[-1].startswith("BLEU = ")  # its own multi-bleu.perl ran
+    prefix = next(p for p in (work / "log" / "1").glob("*.index")).with_suffix("")
+    logdir = tmp_path / "converted"
+    run = run_script("reference.py", "convert", "--ckpt", str(prefix), "--prepro_dir", prepro, "--logdir", str(logdir))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    import decoding
+    model, hp = reference.from_reference(str(prefix), prepro, str(tmp_path / "again"))
+    sp = data_load.load_vocab(prepro)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    src, _ = data_load.load_split(prepro, "dev")
+    ours = decoding.greedy_decode(model, data_load.encoder_inputs(src, multiple=1), max_len=hp.maxlen2, cached=False)
+    compared = 0
+    for line, row in zip(theirs[:len(src)], np.asarray(ours)):
+        # the reference's argmax may pick <pad> or <s>, which the port's never does: such lines are
+        # left out; the others are written as its utils.postprocess writes them
+        if "<pad>" not in line and "<s>" not in line:
+            assert "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip() == line.strip()
+            compared += 1
+    assert compared >= len(src) // 2, compared
+    translated = subprocess.run([sys.executable, "translate.py", "--logdir", str(logdir), "--beam_size", "4"], cwd=ROOT,
+                                input="Ein Mann fährt Fahrrad.\n", capture_output=True, text=True, timeout=300)
+    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr[-3000:]
+    exported = run_script("export.py", "--logdir", str(logdir), "--format", "ctranslate2",
+                          "--output", str(tmp_path / "ct2"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
