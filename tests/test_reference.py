@@ -85,3 +85,22 @@ def test_the_reference_trains_as_published_and_its_checkpoint_serves_the_port(qu
     exported = run_script("export.py", "--logdir", str(logdir), "--format", "ctranslate2",
                           "--output", str(tmp_path / "ct2"))
     assert exported.returncode == 0, exported.stderr[-3000:]
+
+
+def test_the_references_multi_bleu_and_the_ports_reference_way_agree(tmp_path):
+    """The reference's own multi-bleu.perl and scoring.bleu_scores' "reference's way" give the same
+    BLEU on the same files, to 0.01, and the same report line."""
+    from scoring import bleu_scores
+    references = data_load.load_text(os.path.join(ROOT, "corpora", "sample"), "dev", "en")
+    rng = np.random.default_rng(0)
+    hypotheses = [" ".join(w for w in line.split() if rng.random() > 0.2) for line in references]  # words dropped
+    (tmp_path / "ref.txt").write_text("\n".join(references) + "\n", encoding="utf-8")
+    (tmp_path / "hyp.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    with open(tmp_path / "hyp.txt", encoding="utf-8") as hyp:
+        perl = subprocess.run(["perl", os.path.join(CODE, "multi-bleu.perl"), str(tmp_path / "ref.txt")], stdin=hyp,
+                              capture_output=True, text=True, timeout=60)
+    assert perl.returncode == 0, perl.stderr
+    theirs = float(perl.stdout.split("BLEU = ")[1].split(",")[0])
+    ours = bleu_scores(hypotheses, references)
+    assert abs(ours["reference"] - theirs) < 0.01 and 10 < theirs < 90, (ours["reference"], theirs)
+    assert ours["reference_report"] == perl.stdout.strip()
