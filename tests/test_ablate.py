@@ -34,7 +34,7 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert len(rows) == 3 and "`--norm pre`" in rows[1][3] and "the baseline" in rows[0][-3]
     assert rows[1][-3].strip() == "one seed: no spread to judge by yet"
     # the row that decodes the preset's run another way: no minutes of its own, a paired bootstrap p
-    assert rows[2][9].strip() == "" and rows[0][9].strip() and 0 < float(rows[2][-2]) <= 1
+    assert rows[2][8].strip() == "" and rows[0][8].strip() and 0 < float(rows[2][-2]) <= 1
     assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
     assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\), in "
                      r"(float32|mixed_bfloat16)\.", text), text[:2000]
