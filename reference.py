@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -208,13 +209,17 @@ def from_reference(ckpt, prepro_dir, logdir):
 
 def convert(ckpt, prepro_dir, logdir):
     """A run folder of the port in logdir from a reference checkpoint: hparams.json, vocab/, and the
-    weights as ckpt/E<epoch>L0.00B0.00.keras (the reference's epoch from its global step); its path."""
+    weights as ckpt/E<epoch>L<loss>B0.00.keras, epoch and training loss read from the reference's
+    own checkpoint name (iwslt2016_E<epoch>L<loss>-<step>; epoch 1, loss 0.00 for other names; no
+    dev BLEU is known); its path."""
     model, hp = from_reference(ckpt, prepro_dir, logdir)
     hyperparams.save_hparams(hp, logdir)
     checkpoints.keep_vocabulary(prepro_dir, logdir)
+    named = re.search(r"E(\d+)L([\d.]+)-\d+$", os.path.basename(ckpt))
+    epoch, loss = (int(named.group(1)), named.group(2)) if named else (1, "0.00")
+    path = os.path.join(logdir, "ckpt", f"E{epoch:02d}L{loss}B0.00.keras")
+    checkpoints.save(model, path, checkpoints.training_state(model, logdir, epoch, 0, 0.0, 0.0))
     step = int(model.optimizer.iterations.numpy())
-    path = os.path.join(logdir, "ckpt", f"E{1:02d}L0.00B0.00.keras")
-    checkpoints.save(model, path, checkpoints.training_state(model, logdir, 1, 0, 0.0, 0.0))
     print(f"converted {ckpt} (step {step}) -> {path}, settings {os.path.join(logdir, 'hparams.json')}")
     return path
 
