@@ -3,9 +3,9 @@
 In the order a reader meets them: the reference's greedy decoding, which re-runs the whole decoder
 over the prefix for every new token (`uncached_greedy_step`); greedy decoding with key/value caches,
 one position per step (`greedy_loop`); batched beam search with the GNMT length penalty, the
-caches reordered with one gather per step (`beam_loop` with `ReorderedCache`; fast.py has a cache
-layout that keeps them in place). `greedy_decode` and `beam_search` run them compiled (`compiled`). Then text:
-sentences batched by length under a token budget (`translate`), and lines longer than the model
+caches reordered with one gather per step (`beam_loop` with `ReorderedCache`), or kept in place
+(`InPlaceBeamCache`, --kernels' beam_cache). `greedy_decode` and `beam_search` run them compiled
+(`compiled`). Then text: sentences batched by length under a token budget (`translate`), and lines longer than the model
 was trained on cut into pieces that are translated one by one and joined (`translate_lines`).
 
 Shapes: N sentences, T1 source length, K beam size, L the most output tokens (the cache length),
@@ -99,9 +99,10 @@ def decode_step(model, tokens, step, cross_caches, source_mask, caches, target_m
     log-probabilities of the next token over the logits columns (N*G, V') and the updated caches.
 
     By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
-    the G adjacent rows of a sentence share one cache (fast.InPlaceBeamCache): they enter the
-    decoder blocks as G query positions of one row, write entries step*G..step*G+G-1, and
-    target_mask (N, G, L) says which entries each may see.
+    the G adjacent rows of a sentence share one cache (InPlaceBeamCache): they enter the decoder
+    blocks as G queries of one row, all at position `step`, write entries step*G..step*G+G-1, and
+    target_mask (N, G, L) says which entries each may see. So the cache index the blocks get is
+    an entry, not a position: the position reaches the model through embed_target's start alone.
     """
     if target_mask is None:
         target_mask = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
@@ -235,7 +236,7 @@ def beam_result(state):
 class ReorderedCache:
     """Beam search's caches, a row per hypothesis: start_decoding's with the encoder output's
     keys/values repeated K times. After each step the rows are reordered with one gather, so that
-    row j holds the history of the hypothesis now in slot j (modules.Parts.beam_cache: None).
+    row j holds the history of the hypothesis now in slot j.
 
     `initial` is the loop's cache state; `step(tokens, t, state)` gives the next-token
     log-probabilities (N*K, V') and the new state; `reorder(state, parents)` follows parents (N, K).
@@ -254,11 +255,40 @@ class ReorderedCache:
         return [tuple(ops.take(c, rows, axis=0) for c in cache) for cache in caches]  # (N*K, h, L, d_k) each
 
 
+class InPlaceBeamCache:
+    """Beam search's caches without reordering (--kernels' beam_cache): the K hypotheses of a
+    sentence share one cache, entry p * K + k holding the key/value written at step p by the
+    hypothesis then in slot k. Rows never move; each hypothesis carries the mask of its ancestors'
+    entries (`history`, reordered instead of the caches), and the encoder output's keys/values are
+    kept once per sentence, not K times. Each step runs decode_step with the K hypotheses of a
+    sentence as K queries of one row. Methods as ReorderedCache's."""
+
+    def __init__(self, model, source, max_len, beam_size):
+        self.model, self.k = model, beam_size
+        self.cross_caches, self.source_mask, caches = start_decoding(model, source, max_len * beam_size)
+        n = ops.shape(source)[0]
+        self.initial = (ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
+        self.slots = ops.expand_dims(ops.arange(beam_size, dtype="int32"), 1)  # (K, 1)
+        self.entries = ops.expand_dims(ops.arange(max_len * beam_size, dtype="int32"), 0)  # (1, L*K)
+
+    def step(self, tokens, t, state):
+        history, caches = state
+        written = ops.equal(self.entries, t * self.k + self.slots)  # (K, L*K) the entries step t writes
+        history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
+        log_probs, caches = decode_step(self.model, tokens, t, self.cross_caches, self.source_mask, caches,
+                                        target_mask=history, group=self.k)  # (N*K, V')
+        return log_probs, (history, caches)
+
+    def reorder(self, state, parents):
+        history, caches = state
+        return gather_beams(history, parents), caches  # (N, K, L*K)
+
+
 def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     """Batched beam search as one loop in the graph; see `beam_search`.
 
     Every sentence's K hypotheses are K decoding rows; the caches follow them as the model's
-    parts say (ReorderedCache, or fast.py's InPlaceBeamCache).
+    kernels say (ReorderedCache, or InPlaceBeamCache with beam_cache).
 
     Args:
       source: (N, T1) ids.
@@ -269,7 +299,8 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
     """
     k, n = beam_size, ops.shape(source)[0]
-    cache = (model.parts.beam_cache or ReorderedCache)(model, source, max_len, k)
+    layout = InPlaceBeamCache if "beam_cache" in model.kernels else ReorderedCache
+    cache = layout(model, source, max_len, k)
 
     def cond(t, tokens, state, cache_state):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))

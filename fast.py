@@ -1,35 +1,40 @@
-"""The engine: faster drop-ins for some of the primitives the layers are built from
-(modules.Parts), each the smallest piece that carries its gain.
+"""Faster kernels for some of the primitives the layers are built from (modules.Parts), and for
+the optimizer and beam search's cache: each the smallest piece that carries its gain.
 
 Each has the weights, the saved format and (within rounding) the values and gradients of the plain
-primitive it replaces; tests/test_fast.py checks each against it. `parts(kernels)` gives the
-modules.Parts a model is built with (--kernels auto|plain|fast): the model hands them to its
-layers, whose own `call` runs either way. docs/speed.md gives each one's measured gain.
+primitive it replaces; tests/test_fast.py checks each against it, at default and other settings.
+--kernels (auto, plain, fast, or a list of the names below) chooses them when a model is built:
+`parts(chosen)` gives the modules.Parts the model hands to its layers, whose own `call` runs either
+way; model.compile_model picks the optimizer and decoding.beam_loop the cache layout from the same
+choice. docs/speed.md gives each one's measured gain.
 
   feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
   dropout                 one random 32-bit integer per two elements (TensorFlow)
   layer_norm              layer normalization with its gradient written out (TensorFlow)
   cross_entropy           the smoothed loss with its gradient written out
   adam                    Adam's update of each weight as one fused kernel (TensorFlow)
-  beam_cache              beam search without reordering caches: each hypothesis attends to its
-                          ancestors' entries, and the encoder output is not repeated K times
+  beam_cache              beam search without reordering caches (decoding.InPlaceBeamCache)
 """
 import dataclasses
 
 import keras
 from keras import ops
 
-import decoding
 import modules
 
 
 # Feed-forward: a kernel-size-1 convolution is a matmul with its (1, in, out) kernel
 
-def pointwise(conv, x):
-    """modules.pointwise as a matmul with the squeezed (1, in, out) kernel (not sliced: a slice's
-    gradient is a copy into zeros), the bias and the convolution's activation."""
-    y = ops.matmul(x, ops.cast(ops.squeeze(conv.kernel, 0), x.dtype)) + ops.cast(conv.bias, x.dtype)  # (N, T, out)
-    return conv.activation(y)  # (N, T, out)
+class Pointwise(modules.PointwiseConv):
+    """modules.PointwiseConv as a matmul with the squeezed (1, in, out) kernel (not sliced: a
+    slice's gradient is a copy into zeros), the bias and the activation."""
+
+    def call(self, x):
+        kernel = ops.cast(ops.squeeze(self.kernel, 0), x.dtype)  # (in, out)
+        y = ops.matmul(x, kernel)  # (N, T, out)
+        if self.use_bias:
+            y = y + ops.cast(self.bias, x.dtype)  # (N, T, out)
+        return self.activation(y)  # (N, T, out)
 
 
 # Dropout: cheaper random numbers
@@ -177,71 +182,36 @@ class Adam(keras.optimizers.Adam):
             grad=tf.convert_to_tensor(tf.cast(gradient, dtype)))  # sparse (embedding) gradients: dense
 
 
-# Beam search: caches kept in place
-
-class InPlaceBeamCache:
-    """Beam search's caches without reordering (modules.Parts.beam_cache): the K hypotheses of a
-    sentence share one cache, entry p * K + k holding the key/value written at step p by the
-    hypothesis then in slot k. Rows never move; each hypothesis carries the mask of its ancestors'
-    entries (`history`, reordered instead of the caches), and the encoder output's keys/values are
-    kept once per sentence, not K times. Each step runs decoding.decode_step with the K hypotheses
-    of a sentence as K query positions of one row. Methods as decoding.ReorderedCache's."""
-
-    def __init__(self, model, source, max_len, beam_size):
-        self.model, self.k = model, beam_size
-        self.cross_caches, self.source_mask, caches = decoding.start_decoding(model, source, max_len * beam_size)
-        n = ops.shape(source)[0]
-        self.initial = (ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
-        self.slots = ops.expand_dims(ops.arange(beam_size, dtype="int32"), 1)  # (K, 1)
-        self.entries = ops.expand_dims(ops.arange(max_len * beam_size, dtype="int32"), 0)  # (1, L*K)
-
-    def step(self, tokens, t, state):
-        history, caches = state
-        written = ops.equal(self.entries, t * self.k + self.slots)  # (K, L*K) the entries step t writes
-        history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
-        log_probs, caches = decoding.decode_step(self.model, tokens, t, self.cross_caches, self.source_mask,
-                                                 caches, target_mask=history, group=self.k)  # (N*K, V')
-        return log_probs, (history, caches)
-
-    def reorder(self, state, parents):
-        history, caches = state
-        return decoding.gather_beams(history, parents), caches  # (N, K, L*K)
-
-
 # Choosing
 
+KERNELS = ("feed_forward", "dropout", "layer_norm", "cross_entropy", "adam", "beam_cache")
 TENSORFLOW_ONLY = {"dropout", "layer_norm", "adam"}
-# trick -> (the modules.Parts field it fills, its drop-in)
-DROP_INS = {
-    "feed_forward": ("pointwise", pointwise),
+# kernel -> (the modules.Parts field it fills, the faster part)
+PARTS = {
+    "feed_forward": ("Pointwise", Pointwise),
     "dropout": ("Dropout", Dropout),
     "layer_norm": ("LayerNormalization", LayerNormalization),
     "cross_entropy": ("cross_entropy", smoothed_cross_entropy),
-    "adam": ("Adam", Adam),
-    "beam_cache": ("beam_cache", InPlaceBeamCache),
 }
-# What --kernels auto chooses on TensorFlow: the tricks measured faster there (docs/speed.md:
-# faster than the plain parts in at least 12 of 15 alternating rounds). Each one that did not was
-# taken out of this file.
-AUTO = set(DROP_INS)
 
 
-def tricks(kernels):
-    """The tricks --kernels names on this backend: a set of DROP_INS keys. kernels: auto, plain,
-    fast, or a comma-separated list of tricks (the benchmarks measure them one by one)."""
+def chosen(kernels):
+    """The kernels a --kernels value names on this backend, a frozenset of KERNELS. kernels:
+    auto (every kernel on TensorFlow, where each was measured faster, docs/speed.md; none
+    elsewhere), plain (none), fast (every one), or a comma-separated list (the benchmarks measure
+    them one by one)."""
     tensorflow = keras.backend.backend() == "tensorflow"
-    if kernels == "plain":
-        return set()
-    if kernels == "auto":
-        return set(AUTO) if tensorflow else set()
-    chosen = set(DROP_INS) if kernels == "fast" else {t.strip() for t in kernels.split(",") if t.strip()}
-    unknown = chosen - set(DROP_INS)
+    if kernels == "plain" or (kernels == "auto" and not tensorflow):
+        return frozenset()
+    names = set(KERNELS) if kernels in ("auto", "fast") else {k.strip() for k in kernels.split(",") if k.strip()}
+    unknown = names - set(KERNELS)
     if unknown:
         raise ValueError(f"unknown kernels {', '.join(sorted(unknown))}: choose auto, plain, fast or "
-                         f"a list of {', '.join(DROP_INS)}")
-    return chosen if tensorflow else chosen - TENSORFLOW_ONLY
+                         f"a list of {', '.join(KERNELS)}")
+    return frozenset(names if tensorflow else names - TENSORFLOW_ONLY)
 
 
-def parts(kernels="auto"):
-    """The modules.Parts of --kernels on this backend: the chosen drop-ins, the plain parts elsewhere."""
-    return dataclasses.replace(modules.PLAIN, **dict(DROP_INS[trick] for trick in tricks(kernels)))
+def parts(names):
+    """The modules.Parts of the chosen kernels (names, from `chosen`): the faster parts among
+    them, the plain ones elsewhere."""
+    return dataclasses.replace(modules.PLAIN, **dict(PARTS[name] for name in names if name in PARTS))

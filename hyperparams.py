@@ -123,7 +123,7 @@ class Hparams:
     jit_compile: str = setting("auto", "devices", "XLA for training steps: on, off, or auto (on for GPUs "
                                                   "and JAX, off for TensorFlow on a CPU)",
                                choices=SWITCHES, resumable=True)
-    kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: fast.py's drop-ins; auto: "
+    kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: fast.py's kernels; auto: "
                                               "those measured faster on this backend",
                            choices=KERNELS, resumable=True)
     strategy: str = setting("auto", "devices", "data parallelism: auto, one, mirrored, multi_worker "

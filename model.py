@@ -33,8 +33,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     translator: greedy decoding and beam search, returning ids either way.
 
     choices (modules.Choices or its dict) holds the details where the paper and the reference
-    differ; kernels (an Hparams.kernels value) picks the primitives every layer is built with
-    (fast.parts), held in `parts`.
+    differ; kernels (an Hparams.kernels value: auto, plain, fast or a list) names the faster
+    kernels the model is built with: `kernels` holds the chosen ones (fast.chosen), `parts` the
+    primitives every layer is built with (fast.parts). They are not part of the saved config: a
+    checkpoint loads with whichever kernels are asked for.
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
@@ -52,8 +54,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.num_blocks, self.num_heads, self.dropout_rate = num_blocks, num_heads, dropout_rate
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
         self.attention_dropout = attention_dropout  # None: dropout_rate
-        self.choices, self.kernels = modules.Choices.of(choices), kernels
-        self.parts = parts = fast.parts(kernels)
+        self.choices, self.kernels = modules.Choices.of(choices), fast.chosen(kernels)
+        self.parts = parts = fast.parts(self.kernels)
         shared = self.choices.share_embeddings
         embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
         # the target side's, and (shared, as in 3.4) the source's and the output projection's too
@@ -151,8 +153,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                 "d_ff": self.d_ff, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
                 "dropout_rate": self.dropout_rate, "maxlen1": self.maxlen1, "maxlen2": self.maxlen2,
                 "positional": self.positional, "output_ids": self.output_ids,
-                "attention_dropout": self.attention_dropout, "choices": dataclasses.asdict(self.choices),
-                "kernels": self.kernels}
+                "attention_dropout": self.attention_dropout, "choices": dataclasses.asdict(self.choices)}
 
     @classmethod
     def from_config(cls, config):
@@ -244,7 +245,7 @@ def compile_model(model, hp, total_steps=None):
     (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), label-smoothed
     cross-entropy over non-pad tokens. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
-    adam = GuardedAdam if hp.skip_nonfinite else model.parts.Adam
+    adam = GuardedAdam if hp.skip_nonfinite else fast.Adam if "adam" in model.kernels else keras.optimizers.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
                      epsilon=hp.adam_epsilon, weight_decay=hp.weight_decay or None)
     loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map(),

@@ -8,11 +8,11 @@ Written with `keras.ops` only, so the same code runs on the TensorFlow, JAX and 
 Layers take plain arguments (no hyperparameter object) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
-The layers are built from a few primitives (a kernel-size-1 convolution, dropout, layer
-normalization, the loss, the optimizer, beam search's cache layout: `Parts`, at the end of this
-file). Each layer takes the parts it is built with, plain by default; fast.py has faster ones with
-the same weights and results, which the model hands to its layers when --kernels asks for them.
-Every forward pass, plain or fast, training or decoding, runs the `call` methods written here.
+The layers are built from a few primitives, `Parts` (first below): a kernel-size-1 convolution,
+dropout, layer normalization and the loss. Each layer takes the parts it is built with, plain by
+default; fast.py has faster kernels for some of them, with the same weights and results, which the
+model hands to its layers when --kernels asks for them. Every forward pass, plain or fast,
+training or decoding, runs the `call` methods written here.
 
 Shape letters: N batch, T1 source length, T2 target length, T any length, L cache length, h heads,
 d d_model, d_k d_model/h, f d_ff, V vocabulary.
@@ -27,6 +27,33 @@ from keras import ops
 
 PACKAGE = "transformer"
 NEG_INF = -1e9  # added to the attention logits of masked keys
+
+
+# The parts every layer below is built from
+
+class PointwiseConv(keras.layers.Conv1D):
+    """A convolution with kernel size 1 (section 3.3): the same linear map, and activation, applied
+    to each position alone: x (N, T, in) -> (N, T, filters). Its kernel is (1, in, filters)."""
+
+    def __init__(self, filters, activation=None, kernel_size=1, **kwargs):
+        if kernel_size not in (1, (1,), [1]):
+            raise ValueError(f"a pointwise convolution has kernel size 1, not {kernel_size}")
+        super().__init__(filters, 1, activation=activation, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """The primitives the layers are built from: the plain ones by default. fast.py builds a Parts
+    with faster kernels for some (same weights, same results within rounding); the model hands
+    its Parts to every layer when it is built (--kernels)."""
+
+    Pointwise: type = PointwiseConv  # a kernel-size-1 convolution (3.3)
+    Dropout: type = keras.layers.Dropout  # (5.4)
+    LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
+    cross_entropy: Optional[Callable] = None  # the loss per token (5.4); None: smoothed_cross_entropy
+
+
+PLAIN = Parts()
 
 
 # 3.5 Positional encoding
@@ -257,13 +284,12 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.output_projection = output_projection
-        self.parts = parts or PLAIN
         self.d_k = d_model // num_heads
         self.query_dense = keras.layers.Dense(d_model, name="query")
         self.key_dense = keras.layers.Dense(d_model, name="key")
         self.value_dense = keras.layers.Dense(d_model, name="value")
         self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
-        self.dropout = self.parts.Dropout(dropout_rate)
+        self.dropout = (parts or PLAIN).Dropout(dropout_rate)
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
@@ -308,6 +334,10 @@ class MultiHeadAttention(keras.layers.Layer):
             cache_index..cache_index+Tq-1 and the query attends over the whole cache
             (attention_mask says which entries it may see); without (cross-attention), the cache
             is `keys_values(memory)`, and memory is not read.
+          cache_index: a cache entry, not a position. Beam search's in-place layout writes
+            hypothesis k of step t at entry t*K + k (decoding.InPlaceBeamCache). Attention made
+            to depend on positions (relative, rotary) must be given them, not read them from
+            here: tests/test_decoding.py decodes with every cache layout and fails when they differ.
           return_attention_scores: also return the attention weights (N, h, Tq, Tk), as Keras'
             MultiHeadAttention does (attention.py draws them).
 
@@ -342,12 +372,6 @@ class MultiHeadAttention(keras.layers.Layer):
 
 # 3.3 Position-wise feed-forward network
 
-def pointwise(conv, x):
-    """A kernel-size-1 convolution `conv` (keras.layers.Conv1D) at every position of x (N, T, in):
-    the same linear map (and activation) applied to each position alone -> (N, T, out)."""
-    return conv(x)  # (N, T, out)
-
-
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class FeedForward(keras.layers.Layer):
     """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position (section 3.3): "two convolutions
@@ -363,9 +387,9 @@ class FeedForward(keras.layers.Layer):
     def __init__(self, d_model, d_ff, parts=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff = d_model, d_ff
-        self.parts = parts or PLAIN
-        self.inner = keras.layers.Conv1D(d_ff, 1, activation="relu", name="inner")
-        self.outer = keras.layers.Conv1D(d_model, 1, name="outer")
+        parts = parts or PLAIN
+        self.inner = parts.Pointwise(d_ff, activation="relu", name="inner")
+        self.outer = parts.Pointwise(d_model, name="outer")
 
     def build(self, input_shape):
         self.inner.build(input_shape)
@@ -373,8 +397,8 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x):
         """x (N, T, d) -> (N, T, d)."""
-        h = self.parts.pointwise(self.inner, x)  # (N, T, f) max(0, x W1 + b1)
-        return self.parts.pointwise(self.outer, h)  # (N, T, d)
+        h = self.inner(x)  # (N, T, f) max(0, x W1 + b1)
+        return self.outer(h)  # (N, T, d) h W2 + b2
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
@@ -540,8 +564,8 @@ class DecoderBlock(Block):
           source_mask: (N, T1) bool, True at real source tokens.
           self_cache, cross_cache, cache_index: for decoding (x the new positions only): the
             self-attention cache (keys, values), each (N, h, L, d_k), whose entries from
-            cache_index on this call writes, and the encoder output's keys/values, each
-            (N, h, T1, d_k) (see MultiHeadAttention.call).
+            cache_index (an entry, not a position) on this call writes, and the encoder output's
+            keys/values, each (N, h, T1, d_k) (see MultiHeadAttention.call).
           return_attention_scores: also return the cross-attention weights (N, h, T2, T1).
 
         Returns:
@@ -609,7 +633,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.epsilon, self.pad_id = epsilon, pad_id
         self.label_map = None if label_map is None else [int(i) for i in label_map]
-        self.token_count, self.parts = token_count, parts or PLAIN
+        self.token_count = token_count
+        self.cross_entropy = (parts or PLAIN).cross_entropy or smoothed_cross_entropy
 
     def call(self, labels, logits):
         """labels (N, T2) int, logits (N, T2, V) -> per-token loss (N, T2), scaled so that Keras'
@@ -617,7 +642,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         labels = ops.cast(labels, "int32")  # (N, T2)
         if self.label_map is not None:
             labels = ops.take(ops.convert_to_tensor(np.asarray(self.label_map, np.int32)), labels)  # (N, T2) columns
-        per_token = self.parts.cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
+        per_token = self.cross_entropy(ops.cast(logits, "float32"), labels, self.epsilon)  # (N, T2)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")  # (N, T2)
         size = ops.cast(ops.shape(mask)[0] * ops.shape(mask)[1], "float32")
         tokens = ops.sum(mask) if self.token_count is None else self.token_count(ops.sum(mask))  # real tokens
@@ -627,7 +652,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         return {"name": self.name, "epsilon": self.epsilon, "pad_id": self.pad_id, "label_map": self.label_map}
 
 
-# 5.3 Optimizer: Adam (beta1 0.9, beta2 0.98, eps 1e-9, model.compile_model) with this schedule
+# 5.3 Optimizer: Adam (beta1 0.9, beta2 0.98, eps 1e-9: model.compile_model builds it) with this schedule
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
@@ -671,21 +696,3 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
 
-
-# The parts every layer above is built from
-
-@dataclasses.dataclass(frozen=True)
-class Parts:
-    """The primitives the layers are built from: the plain ones of this file by default. fast.py
-    builds a Parts with faster drop-ins for some (same weights, same results within rounding);
-    the model hands its Parts to every layer when it is built (--kernels)."""
-
-    pointwise: Callable = pointwise  # a kernel-size-1 convolution (3.3)
-    Dropout: type = keras.layers.Dropout  # (5.4)
-    LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
-    cross_entropy: Callable = smoothed_cross_entropy  # the loss per token (5.4)
-    Adam: type = keras.optimizers.Adam  # the optimizer (5.3): model.compile_model builds it
-    beam_cache: Optional[type] = None  # beam search's cache layout (decoding.py); None: a row per hypothesis
-
-
-PLAIN = Parts()

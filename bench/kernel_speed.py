@@ -1,8 +1,8 @@
-"""What each of fast.py's drop-ins gains, measured side by side in one run: training steps with the
-plain parts, with each training trick alone, with all of them (--kernels fast) and with all but
-one; beam search with and without its trick. Rounds alternate the configurations, so a slow
-spell of a shared machine falls on all of them. A trick's speed-up is plain's time over its own,
-round by round; fast.AUTO keeps the tricks that were faster in at least 12 of 15 counted rounds
+"""What each of fast.py's kernels gains, measured side by side in one run: training steps with the
+plain parts, with each training kernel alone, with all of them (--kernels fast) and with all but
+one; beam search with and without its kernel. Rounds alternate the configurations, so a slow
+spell of a shared machine falls on all of them. A kernel's speed-up is plain's time over its own,
+round by round; fast.py keeps the kernels that were faster in at least 12 of 15 counted rounds
 pooled over three runs (a coin does that about 1 time in 57). Adam's update is also timed alone,
 as it is a few percent of a step. noise is the spread of the plain configuration's own times over
 the rounds (max / min - 1).
@@ -10,9 +10,9 @@ the rounds (max / min - 1).
     python bench/kernel_speed.py --preset multi30k --precision float32
 
 The last line is machine-readable:
-kernel_speed noise=<x> <trick>=<median speed-up over plain>/<rounds faster> ...
-last_<trick>=<median speed-up of fast over fast without it>/<rounds faster> ... adam_update=<...>/<...>
-beam_<trick>=<...>/<...>
+kernel_speed noise=<x> <kernel>=<median speed-up over plain>/<rounds faster> ...
+last_<kernel>=<median speed-up of fast over fast without it>/<rounds faster> ... adam_update=<...>/<...>
+beam_<kernel>=<...>/<...>
 """
 import dataclasses
 import os
@@ -102,7 +102,7 @@ def time_adam_update(model, rounds, repeats=20):
 
 def time_beam_search(model, hp, args):
     """{config: [seconds]}: beam search over dev sentences with the plain beam loop and each
-    decoding drop-in, exactly 30 tokens a sentence, in alternating rounds."""
+    decoding kernel, exactly 30 tokens a sentence, in alternating rounds."""
     import decoding
     import model as transformer
 
@@ -130,8 +130,8 @@ def main(argv=None):
     parser.add_argument("--precision", default="float32", choices=hyperparams.PRECISIONS)
     parser.add_argument("--sentences", type=int, default=256, help="dev sentences for beam search")
     parser.add_argument("--beam_size", type=int, default=4)
-    parser.add_argument("--tricks", default=",".join(TRAINING),
-                        help="the training drop-ins to measure alone and as the last one added")
+    parser.add_argument("--measure", default=",".join(TRAINING),
+                        help="the training kernels to measure alone and as the last one added")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
     import keras
@@ -145,9 +145,9 @@ def main(argv=None):
     batches = list(train.batches(train.plan(0)[:args.steps]))
 
     section(f"Train: {args.steps} bucketed batches of {args.preset}, {args.rounds} alternating rounds")
-    tricks = tuple(t for t in TRAINING if t in args.tricks.split(","))
-    without = tuple(",".join(t for t in TRAINING if t != trick) for trick in tricks)  # fast less one
-    configs = ("plain",) + tricks + ("fast",) + without
+    measured = tuple(k for k in TRAINING if k in args.measure.split(","))
+    without = tuple(",".join(k for k in TRAINING if k != kernel) for kernel in measured)  # fast less one
+    configs = ("plain",) + measured + ("fast",) + without
     models = {c: traced_model(hp, c, vocab_size, output_ids, batches, args.seed) for c in configs}
 
     def train_once(c):
@@ -157,10 +157,10 @@ def main(argv=None):
         return time.perf_counter() - start
 
     train_times = alternate(configs, train_once, args.rounds)
-    train_gains = summary({c: train_times[c] for c in ("plain",) + tricks + ("fast",)}, "plain")
-    print("each trick as the last one added: fast against fast without it")
+    train_gains = summary({c: train_times[c] for c in ("plain",) + measured + ("fast",)}, "plain")
+    print("each kernel as the last one added: fast against fast without it")
     last_gains = summary({"fast": train_times["fast"],
-                          **{f"without_{t}": train_times[w] for t, w in zip(tricks, without)}}, "fast")
+                          **{f"without_{k}": train_times[w] for k, w in zip(measured, without)}}, "fast")
 
     adam_gains = {"adam": (1.0, 0)}
     if keras.backend.backend() == "tensorflow":

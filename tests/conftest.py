@@ -39,7 +39,7 @@ def write_parallel(directory, prefix, src, tgt):
 
 @pytest.fixture(params=["plain", "fast"])
 def kernels(request):
-    """Run a test with the plain parts and with fast.py's drop-ins (on TensorFlow: all of them):
+    """Run a test with the plain parts and with fast.py's kernels (on TensorFlow: all of them):
     the --kernels setting for a model the test builds (or model.rebuild)."""
     return request.param
 

@@ -26,7 +26,7 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert "exactly 5 output tokens" in decode.stdout
     # one block a side: the bench builds and traces four models, which is most of its time here
     kernels = run_script("bench/kernel_speed.py", "--preset", "sample", "--steps", "2", "--rounds", "1",
-                         "--tricks", "dropout", "--sentences", "8", "--num_blocks", "1", "--prepro_dir", prepro_dir)
+                         "--measure", "dropout", "--sentences", "8", "--num_blocks", "1", "--prepro_dir", prepro_dir)
     assert kernels.returncode == 0, kernels.stderr[-2000:]
     assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
                         r"adam_update=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]", kernels.stdout.strip().splitlines()[-1])

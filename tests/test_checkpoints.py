@@ -62,15 +62,17 @@ def test_prune_keeps_the_newest(tmp_path):
 
 
 def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(tmp_path):
-    """Checkpoints written before the model's choices travelled as one record (and before a model
-    held its kernels) have each choice as a key of the model's config: such a file loads into the
-    same model, with the kernels asked for, giving the same outputs."""
+    """Checkpoints written before the model's choices travelled as one record have each choice as a
+    key of the model's config; those written before the kernels were left out of it have the
+    --kernels setting there. Either loads into the same model, with the kernels asked for, giving
+    the same outputs, as does a checkpoint of today's format."""
     import dataclasses
 
     import keras
     import numpy as np
     from keras import ops
 
+    import fast
     import hyperparams
     import model as transformer
 
@@ -80,18 +82,28 @@ def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(t
     m = transformer.make_model(hp, 30)
     x = np.array([[5, 6, 7, 3]], np.int32)
     want = ops.convert_to_numpy(m((x, x), training=False))
-    new, old = str(tmp_path / "new.keras"), str(tmp_path / "old.keras")
+    new = str(tmp_path / "new.keras")
     m.save(new)
-    with zipfile.ZipFile(new) as z, zipfile.ZipFile(old, "w") as out:
-        for item in z.namelist():
-            data = z.read(item)
-            if item == "config.json":
-                config = json.loads(data)
-                config["config"].pop("kernels")
-                config["config"].update(config["config"].pop("choices"))  # the old flat keys
-                data = json.dumps(config)
-            out.writestr(item, data)
-    for kernels in ("plain", "fast"):
-        loaded = checkpoints.load(old, dataclasses.replace(hp, kernels=kernels))
-        assert loaded.choices == m.choices and loaded.kernels == kernels
-        np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, x), training=False)), want, rtol=1e-5, atol=1e-5)
+
+    def older(name, edit):
+        """The checkpoint with its config.json edited as an older format wrote it."""
+        path = str(tmp_path / name)
+        with zipfile.ZipFile(new) as z, zipfile.ZipFile(path, "w") as out:
+            for item in z.namelist():
+                data = z.read(item)
+                if item == "config.json":
+                    config = json.loads(data)
+                    edit(config["config"])
+                    data = json.dumps(config)
+                out.writestr(item, data)
+        return path
+
+    flat = older("flat.keras", lambda c: c.update(c.pop("choices")))  # the old flat keys
+    with_kernels = older("with_kernels.keras", lambda c: c.update(kernels="fast"))  # the setting saved too
+    assert "kernels" not in json.loads(zipfile.ZipFile(new).read("config.json"))["config"]
+    for path in (new, flat, with_kernels):
+        for kernels in ("plain", "fast"):
+            loaded = checkpoints.load(path, dataclasses.replace(hp, kernels=kernels))
+            assert loaded.choices == m.choices and loaded.kernels == fast.chosen(kernels)
+            np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, x), training=False)), want,
+                                       rtol=1e-5, atol=1e-5)

@@ -127,6 +127,41 @@ def test_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(kernels
     assert (best[0.0] != best[1.0]).any() and (best[1.0] != best[3.0]).any()
 
 
+def test_attention_that_reads_the_cache_index_as_a_position_fails_the_in_place_beam(monkeypatch):
+    """The cache index attention gets is an entry, not a position: beam search's in-place layout
+    writes hypothesis k of step t at t*K + k. A learner who makes attention position-aware by
+    reading it as the query's position (here: queries and keys scaled by 1 + position / 10) gets
+    a model whose beam scores, with the reordering cache, are its own teacher-forced scores, and
+    with the in-place one are not: the check the tests above make (beam scores = the model's own
+    scores, with both kernels) fails loudly instead of the model decoding wrong in silence."""
+    import modules
+
+    class PositionScaledAttention(modules.MultiHeadAttention):
+        def call(self, query, memory, attention_mask=None, causal=False, cache=None, cache_index=None,
+                 training=None, return_attention_scores=False):
+            if memory is query:  # self-attention: positions from the cache index (wrong in general)
+                start = 0 if cache_index is None else cache_index
+                position = ops.cast(ops.arange(ops.shape(query)[1]) + start, query.dtype)  # (Tq,)
+                query = memory = query * (1.0 + 0.1 * ops.reshape(position, (1, -1, 1)))  # (N, Tq, d)
+            return super().call(query, memory, attention_mask, causal, cache, cache_index, training,
+                                return_attention_scores)
+
+    monkeypatch.setattr(modules, "MultiHeadAttention", PositionScaledAttention)
+    keras.utils.set_random_seed(5)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=2, num_heads=2, dropout_rate=0.0, kernels="plain")
+    m = transformer.make_model(hp, 12)
+    assert isinstance(m.decoder_blocks[0].self_attention, PositionScaledAttention)
+    source = np.random.default_rng(5).integers(4, 12, (4, 6)).astype(np.int32)
+    source[:, -1] = EOS
+    gaps = {}
+    for kernels in ("plain", "beam_cache"):
+        layout = transformer.rebuild(m, kernels)
+        ids, scores = decoding.beam_search(layout, source, beam_size=3, alpha=0.6, max_len=8, min_len=8,
+                                           return_scores=True)
+        gaps[kernels] = np.abs(scores - rescore(layout, source, ids)).max()
+    assert gaps["plain"] < 1e-4 and gaps["beam_cache"] > 1e-2, gaps
+
+
 @pytest.mark.slow
 def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, kernels):
     """At ordinary beam sizes, on a trained model, each returned log-probability is the model's own

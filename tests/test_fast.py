@@ -1,4 +1,5 @@
-"""fast.py: every drop-in equals the plain part it replaces, in values and gradients."""
+"""fast.py: every kernel equals the plain part it replaces, in values and gradients, at the model's
+settings and at others."""
 import dataclasses
 
 import keras
@@ -21,16 +22,17 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
-def test_kernels_name_their_tricks_and_parts_hold_them():
-    assert fast.tricks("plain") == set()
-    assert fast.tricks("fast") == (set(fast.DROP_INS) if TENSORFLOW else set(fast.DROP_INS) - fast.TENSORFLOW_ONLY)
-    assert fast.tricks("dropout, beam_cache") == ({"dropout", "beam_cache"} if TENSORFLOW else {"beam_cache"})
+def test_kernels_settings_name_the_chosen_kernels_and_parts_hold_them():
+    assert fast.chosen("plain") == frozenset()
+    assert fast.chosen("fast") == (set(fast.KERNELS) if TENSORFLOW else set(fast.KERNELS) - fast.TENSORFLOW_ONLY)
+    assert fast.chosen("auto") == (set(fast.KERNELS) if TENSORFLOW else set())
+    assert fast.chosen("dropout, beam_cache") == ({"dropout", "beam_cache"} if TENSORFLOW else {"beam_cache"})
     with pytest.raises(ValueError, match="unknown kernels flash"):
-        fast.tricks("flash")
-    assert fast.parts("plain") == modules.PLAIN == modules.Parts()
-    chosen = fast.parts("feed_forward, beam_cache")
-    assert chosen.pointwise is fast.pointwise and chosen.beam_cache is fast.InPlaceBeamCache
-    assert chosen.Dropout is keras.layers.Dropout
+        fast.chosen("flash")
+    assert fast.parts(fast.chosen("plain")) == modules.PLAIN == modules.Parts()
+    chosen = fast.parts(fast.chosen("feed_forward, beam_cache"))
+    assert chosen.Pointwise is fast.Pointwise and chosen.Dropout is keras.layers.Dropout
+    assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()}
 
 
 def test_two_models_with_different_kernels_live_in_one_process():
@@ -41,12 +43,25 @@ def test_two_models_with_different_kernels_live_in_one_process():
     fast_model = transformer.make_model(dataclasses.replace(hp, kernels="fast"), V)
     plain_model = transformer.make_model(dataclasses.replace(hp, kernels="plain"), V)
     assert (modules.FeedForward.call, modules.PLAIN, decoding.beam_loop) == before
-    assert plain_model.parts == modules.PLAIN and fast_model.parts == fast.parts("fast")
-    assert fast_model.decoder_blocks[0].feed_forward.parts.beam_cache is fast.InPlaceBeamCache
+    assert plain_model.parts == modules.PLAIN and fast_model.parts == fast.parts(fast.chosen("fast"))
+    assert "beam_cache" in fast_model.kernels and not plain_model.kernels
+    assert type(fast_model.decoder_blocks[0].feed_forward.inner) is fast.Pointwise
+    assert type(plain_model.decoder_blocks[0].feed_forward.inner) is modules.PointwiseConv
     norm = type(fast_model.decoder_blocks[0].feed_forward_norm.norm)
     assert norm is (fast.LayerNormalization if TENSORFLOW else keras.layers.LayerNormalization)
     assert type(plain_model.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
     assert type(plain_model.source_dropout) is keras.layers.Dropout
+
+
+def test_fast_imports_no_decoding_and_no_model():
+    """fast.py stands under the layers: it imports modules.py, never what is built from it."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(fast))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
+    assert imported <= {"dataclasses", "keras", "modules", "tensorflow"}, imported
 
 
 def model_and_gradients(kernels, weights=None):
@@ -72,7 +87,7 @@ def model_and_gradients(kernels, weights=None):
 
 @pytest.mark.parametrize("kernels", ["feed_forward", "layer_norm", "cross_entropy", "fast"])
 def test_each_drop_in_gives_the_plain_models_values_and_gradients(kernels):
-    """The model with one trick (or all of them), on the plain model's weights: the same logits and
+    """The model with one kernel (or all of them), on the plain model's weights: the same logits and
     the same gradient of the loss for every weight, within float32 rounding."""
     keras.utils.set_random_seed(0)
     plain, plain_logits, plain_grads = model_and_gradients("plain")
@@ -84,12 +99,26 @@ def test_each_drop_in_gives_the_plain_models_values_and_gradients(kernels):
         assert max(np.abs(g).max() for g in grads) > 1e-3  # gradients that say something
 
 
-def test_the_fast_loss_equals_the_plain_loss_with_label_columns():
-    logits, labels = rand(N, T2, V, seed=1), np.array([[4, 5, 6, 0, 0], [7, 8, 9, 19, 3]], np.int32)
-    for epsilon in (0.0, 0.1, 0.3):
-        want = ops.convert_to_numpy(modules.smoothed_cross_entropy(logits, labels, epsilon))
-        got = ops.convert_to_numpy(fast.smoothed_cross_entropy(logits, labels, epsilon))
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+def test_the_fast_loss_equals_the_plain_loss_in_values_and_gradients():
+    """At the paper's smoothing and others, over two vocabulary sizes."""
+    for vocab in (V, 7):
+        logits = rand(N, T2, vocab, seed=1) * 3
+        labels = np.random.default_rng(2).integers(0, vocab, (N, T2)).astype(np.int32)
+        w = rand(N, T2, seed=3)
+        for epsilon in (0.0, 0.1, 0.3):
+            want = ops.convert_to_numpy(modules.smoothed_cross_entropy(logits, labels, epsilon))
+            got = ops.convert_to_numpy(fast.smoothed_cross_entropy(logits, labels, epsilon))
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            if TENSORFLOW:
+                import tensorflow as tf
+                grads = []
+                for loss in (fast.smoothed_cross_entropy, modules.smoothed_cross_entropy):
+                    z = tf.constant(logits)
+                    with tf.GradientTape() as tape:
+                        tape.watch(z)
+                        total = tf.reduce_sum(loss(z, tf.constant(labels), epsilon) * w)
+                    grads.append(tape.gradient(total, z).numpy())
+                np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
 
 def test_a_checkpoint_saved_with_fast_kernels_loads_with_plain_ones(tmp_path):
@@ -107,18 +136,20 @@ def test_a_checkpoint_saved_with_fast_kernels_loads_with_plain_ones(tmp_path):
     np.testing.assert_allclose(ops.convert_to_numpy(loaded((src, src), training=False)), want, rtol=1e-5, atol=1e-5)
 
 
-def test_dropout_rate_scale_and_gradient():
+@pytest.mark.parametrize("rate", [0.15, 0.05, 0.5])
+def test_dropout_rate_scale_and_gradient(rate):
     """fast.Dropout drops about `rate` of the elements, scales the rest by 1 / (1 - rate),
     passes the gradient through the same mask, repeats with the seed, and is the identity at
-    inference (odd sizes included, where the 16-bit halves do not pair up)."""
+    inference (odd sizes included, where the 16-bit halves do not pair up); at the default rate
+    and others."""
     for shape in ((64, 50, 32), (33, 7, 5)):
         x = np.ones(shape, "float32")
-        layer = fast.Dropout(0.15, seed=3)
+        layer = fast.Dropout(rate, seed=3)
         np.testing.assert_array_equal(ops.convert_to_numpy(layer(x, training=False)), x)
         y = ops.convert_to_numpy(layer(x, training=True))
-        np.testing.assert_allclose(y[y != 0], 1 / 0.85, rtol=1e-6)
-        assert abs((y == 0).mean() - 0.15) < 5 * np.sqrt(0.15 * 0.85 / y.size)  # 5 standard deviations
-        assert (ops.convert_to_numpy(fast.Dropout(0.15, seed=3)(x, training=True)) == y).all()
+        np.testing.assert_allclose(y[y != 0], 1 / (1 - rate), rtol=1e-6)
+        assert abs((y == 0).mean() - rate) < 5 * np.sqrt(rate * (1 - rate) / y.size)  # 5 standard deviations
+        assert (ops.convert_to_numpy(fast.Dropout(rate, seed=3)(x, training=True)) == y).all()
         assert not (ops.convert_to_numpy(layer(x, training=True)) == y).all()  # the stream moves on
         if TENSORFLOW:
             import tensorflow as tf
@@ -126,31 +157,57 @@ def test_dropout_rate_scale_and_gradient():
             xt = tf.constant(x)
             with tf.GradientTape() as tape:
                 tape.watch(xt)
-                out = fast.Dropout(0.15, seed=4)(xt, training=True)
+                out = fast.Dropout(rate, seed=4)(xt, training=True)
                 loss = tf.reduce_sum(out * w)
             grad = tape.gradient(loss, xt).numpy()
-            np.testing.assert_allclose(grad, np.where(out.numpy() == 0, 0, w.numpy() / 0.85), rtol=1e-6)
+            np.testing.assert_allclose(grad, np.where(out.numpy() == 0, 0, w.numpy() / (1 - rate)), rtol=1e-6)
 
 
-def test_layer_normalization_equals_keras():
-    """fast.LayerNormalization gives Keras' values and gradients (its own written-out gradient)."""
-    x, w = rand(3, 5, D, seed=11) * 3 + 1, rand(3, 5, D, seed=12)
-    ours, theirs = fast.LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+def gradients(layer, x, w):
+    """d sum(layer(x) * w) / d (x, each weight of layer), as NumPy arrays (TensorFlow)."""
+    import tensorflow as tf
+
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        loss = tf.reduce_sum(tf.cast(layer(xt), tf.float32) * w)
+    return [g.numpy() for g in tape.gradient(loss, [xt] + [v.value for v in layer.trainable_variables])]
+
+
+@pytest.mark.parametrize("filters, activation, use_bias, shape", [
+    (32, "relu", True, (N, T1, D)),  # the feed-forward's inner convolution
+    (D, None, True, (N, T1, 32)),  # its outer one
+    (8, "gelu", False, (3, 1, 12)),  # settings the model does not use
+])
+def test_pointwise_equals_the_kernel_size_1_convolution(filters, activation, use_bias, shape):
+    """fast.Pointwise gives modules.PointwiseConv's values and gradients, whatever its width,
+    activation and bias, on the same weights."""
+    x, w = rand(*shape, seed=21), rand(*shape[:-1], filters, seed=22)
+    plain = modules.PointwiseConv(filters, activation=activation, use_bias=use_bias)
+    ours = fast.Pointwise(filters, activation=activation, use_bias=use_bias)
+    plain.build(shape)
+    ours.build(shape)
+    ours.set_weights([rand(*v.shape, seed=23 + i) for i, v in enumerate(ours.weights)])
+    plain.set_weights(ours.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(plain(x)), rtol=1e-5, atol=1e-5)
+    if TENSORFLOW:
+        for a, b in zip(gradients(ours, x, w), gradients(plain, x, w)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("epsilon, scale", [(1e-6, 3.0), (1e-8, 3.0), (0.5, 0.3)])
+def test_layer_normalization_equals_keras(epsilon, scale):
+    """fast.LayerNormalization gives Keras' values and gradients (its own written-out gradient), at
+    the model's epsilons and at one large enough to change every value (inputs of small variance)."""
+    x, w = rand(3, 5, D, seed=11) * scale + 1, rand(3, 5, D, seed=12)
+    ours, theirs = fast.LayerNormalization(epsilon=epsilon), keras.layers.LayerNormalization(epsilon=epsilon)
     for layer in (ours, theirs):
         layer.build((None, None, D))
         layer.gamma.assign(rand(D, seed=13))
         layer.beta.assign(rand(D, seed=14))
     np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(theirs(x)), atol=1e-5)
     if TENSORFLOW:
-        import tensorflow as tf
-        grads = []
-        for layer in (ours, theirs):
-            xt = tf.constant(x)
-            with tf.GradientTape() as tape:
-                tape.watch(xt)
-                loss = tf.reduce_sum(layer(xt) * w)
-            grads.append([g.numpy() for g in tape.gradient(loss, [xt, layer.gamma.value, layer.beta.value])])
-        for a, b in zip(*grads):
+        for a, b in zip(gradients(ours, x, w), gradients(theirs, x, w)):
             np.testing.assert_allclose(a, b, atol=1e-5)
 
 
@@ -164,10 +221,11 @@ def numpy_adam(w, grads, lr, beta_1, beta_2, epsilon):
     return w
 
 
-def test_fused_adam_is_adam():
+@pytest.mark.parametrize("lr, beta_1, beta_2, epsilon", [(0.01, 0.9, 0.98, 1e-9), (0.03, 0.8, 0.9, 0.1)])
+def test_fused_adam_is_adam(lr, beta_1, beta_2, epsilon):
     """fast.Adam follows Adam's rule, as Keras' Adam does, for dense gradients; for an embedding's
-    sparse gradient with a repeated row it applies Adam to the summed gradient."""
-    lr, beta_1, beta_2, epsilon = 0.01, 0.9, 0.98, 1e-9
+    sparse gradient with a repeated row it applies Adam to the summed gradient. At the paper's
+    settings and at others where each of them changes the update (an epsilon near sqrt(v))."""
     w0, e0 = rand(4, 3, seed=5), rand(6, 3, seed=6)
     dense = [rand(4, 3, seed=10 + t) for t in range(4)]
     ids, rows = np.array([1, 4, 1]), [rand(3, 3, seed=20 + t) for t in range(4)]  # row 1 twice
@@ -223,6 +281,7 @@ def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
     """Beam search keeping caches in place returns the ids and scores of the plain beam search,
     which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""
     plain, in_place = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "beam_cache"))
+    assert "beam_cache" in in_place.kernels and "beam_cache" not in plain.kernels
     rng = np.random.default_rng(7)
     x = np.zeros((30, 16), np.int32)
     for row, length in zip(x, rng.integers(5, 13, len(x))):
