@@ -119,6 +119,18 @@ def clean(text):
     return " ".join(text.split())
 
 
+def clean_tensor(sentences):
+    """`clean` in TensorFlow ops, for a graph that takes text (serving.py's SavedModel): a string
+    tensor -> the same shape, each sentence as `clean` gives it (tests/test_data_load.py checks
+    the two agree). Needs tensorflow-text, for NFKC."""
+    import tensorflow as tf
+
+    from utils import optional
+    tf_text = optional("tensorflow_text", "export")
+    text = tf_text.normalize_utf8(tf.strings.regex_replace(sentences, "\ufeff", ""), "NFKC")
+    return tf.strings.strip(tf.strings.regex_replace(text, r"[\p{Cc}\p{Z}]+", " "))  # Python: isspace
+
+
 def postprocess(sp, rows):
     """Token ids (N, T) -> text: cut at </s>, drop padding, undo BPE."""
     out = []

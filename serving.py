@@ -2,10 +2,12 @@
 weights, and a TensorFlow SavedModel that translates text in one graph. export.py is the command
 line over this; its help says how to use what it writes.
 """
+import dataclasses
 import os
 
 import numpy as np
 
+import modules
 from utils import UserError, optional
 
 # A logit that never wins: the ids the port's decoding never chooses
@@ -13,6 +15,22 @@ NEVER = -1e9
 # Rows of the sinusoid table given to CTranslate2, which reads positions from a table: the longest
 # sentence it can take or write
 SINUSOID_ROWS = 1024
+# Each of the model's choices (modules.Choices), and where the CTranslate2 specification has it: a
+# choice added to modules.Choices and not here makes the export refuse, rather than guess
+CHOICES_WRITTEN = {
+    "attention_output": "W^O, or the identity in its place",
+    "residual_dropout": "training only",
+    "layer_norm_epsilon": "the model's layer_norm_epsilon",
+    "embedding_init": "training only",
+    "pad_logit": "the output matrix, its <pad> row zeroed",
+    "norm": "pre_norm, and each stack's final layer norm",
+    "scale_embeddings": "scale_embeddings",
+    "share_embeddings": "the encoder's own embeddings and the output matrix",
+}
+# The feed-forward activations CTranslate2 has, by Keras name
+ACTIVATIONS = ("relu", "gelu")
+# How far a token's log-probability may differ between CTranslate2 (float32) and the model
+SCORE_TOLERANCE = 1e-3
 
 
 # CTranslate2: the weights in its Transformer specification
@@ -62,17 +80,55 @@ def _positions(model, layer):
     return np.asarray(ops.convert_to_numpy(sinusoid(max(SINUSOID_ROWS, layer.maxlen), model.d_model)), np.float32)
 
 
+def refuse_what_ctranslate2_cannot_hold(model):
+    """A UserError naming the first part of the model that CTranslate2's Transformer has no place
+    for: a choice this file does not know, another activation, or a layer of another class than
+    modules.py's (a replaced one); else the feed-forward activation's name."""
+    def refuse(what):
+        raise UserError(f"--format ctranslate2 cannot export this model: {what}; --format saved_model "
+                        f"runs the model's own layers")
+
+    unknown = [f.name for f in dataclasses.fields(model.choices) if f.name not in CHOICES_WRITTEN]
+    if unknown:
+        refuse(f"the setting {unknown[0]} has no place in CTranslate2's specification (serving.CHOICES_WRITTEN)")
+    if model.positional not in ("sinusoid", "learned", "none"):
+        refuse(f"positional {model.positional!r}")
+    blocks = [(b, modules.EncoderBlock) for b in model.encoder_blocks] + [(b, modules.DecoderBlock)
+                                                                          for b in model.decoder_blocks]
+    activations = set()
+    for block, kind in blocks:
+        layers = [(block, kind), (block.self_attention, modules.MultiHeadAttention),
+                  (block.feed_forward, modules.FeedForward)]
+        layers += [(block.cross_attention, modules.MultiHeadAttention)] if kind is modules.DecoderBlock else []
+        for layer, expected in layers:
+            if type(layer) is not expected:
+                refuse(f"{layer.path} is a {type(layer).__name__}, not modules.{expected.__name__}")
+        activation = block.feed_forward.inner.activation.__name__
+        if activation not in ACTIVATIONS or block.feed_forward.outer.activation.__name__ != "linear":
+            refuse(f"{block.path}'s feed-forward activation is {activation}; CTranslate2 has "
+                   f"{' and '.join(ACTIVATIONS)}")
+        activations.add(activation)
+    if len(activations) > 1:
+        refuse(f"its blocks use {' and '.join(sorted(activations))}; CTranslate2 has one activation")
+    return activations.pop()
+
+
 def ctranslate2_spec(model, pieces):
-    """The CTranslate2 TransformerSpec of a trained Transformer (ReLU, absolute positions; the
-    layer norms after or before each sublayer, the embeddings scaled or not, shared or not, as the
-    model has them) over the vocabulary pieces (a list: id -> piece)."""
+    """The CTranslate2 TransformerSpec of a trained Transformer (absolute positions; the layer
+    norms after or before each sublayer, the embeddings scaled or not, shared or not, as the model
+    has them) over the vocabulary pieces (a list: id -> piece); a UserError for a model it cannot
+    hold (refuse_what_ctranslate2_cannot_hold)."""
     transformer_spec = optional("ctranslate2.specs.transformer_spec", "export")
+    common_spec = optional("ctranslate2.specs.common_spec", "export")
     from keras import ops
 
     import data_load
 
+    activation = refuse_what_ctranslate2_cannot_hold(model)
     pre = model.choices.norm == "pre"
-    spec = transformer_spec.TransformerSpec.from_config(model.num_blocks, model.num_heads, pre_norm=pre)
+    spec = transformer_spec.TransformerSpec.from_config(
+        model.num_blocks, model.num_heads, pre_norm=pre,
+        activation=getattr(common_spec.Activation, activation.upper()))
     source_embedding = model.embedding if model.source_embedding is None else model.source_embedding
     for side, embedding, position in ((spec.encoder, source_embedding, model.source_position),
                                       (spec.decoder, model.embedding, model.target_position)):
@@ -113,14 +169,51 @@ def ctranslate2_spec(model, pieces):
 
 
 def write_ctranslate2(model, pieces, output, quantization=None):
-    """Write the CTranslate2 model folder of a Transformer over the vocabulary pieces (id -> piece)."""
+    """Write the CTranslate2 model folder of a Transformer over the vocabulary pieces (id -> piece),
+    once it has scored as the model does (check_ctranslate2, in float32); a UserError if not."""
     ctranslate2 = optional("ctranslate2", "export")
 
     class Converter(ctranslate2.converters.Converter):
         def _load(self):
             return ctranslate2_spec(model, pieces)
 
-    Converter().convert(output, quantization=quantization)
+    Converter().convert(output, force=True)
+    check_ctranslate2(model, pieces, output)
+    if quantization:
+        Converter().convert(output, quantization=quantization, force=True)
+
+
+def check_ctranslate2(model, pieces, folder, sentences=4, seed=0):
+    """A UserError unless the CTranslate2 model in folder gives each token of a few made-up
+    sentence pairs the log-probability the model gives it (teacher forcing), within SCORE_TOLERANCE:
+    whatever the specification could not say (an edited layer, a setting it misread) shows here."""
+    ctranslate2 = optional("ctranslate2", "export")
+    from keras import ops
+
+    import data_load
+
+    rng = np.random.default_rng(seed)
+    choosable = [i for i in (model.output_ids or range(model.vocab_size)) if i > data_load.EOS]
+    source = rng.integers(data_load.EOS + 1, model.vocab_size, (sentences, 9)).astype(np.int32)  # (S, 9)
+    target = rng.choice(choosable, (sentences, 7)).astype(np.int32)  # (S, 7)
+    x = np.concatenate([source, np.full((sentences, 1), data_load.EOS, np.int32)], 1)  # (S, 10)
+    target_in = np.concatenate([np.full((sentences, 1), data_load.BOS, np.int32), target], 1)  # (S, 8)
+    labels = np.concatenate([target, np.full((sentences, 1), data_load.EOS, np.int32)], 1)  # (S, 8)
+    logits = np.asarray(ops.convert_to_numpy(model((x, target_in), training=False)), np.float64)  # (S, 8, V')
+    logits[..., [data_load.PAD, data_load.BOS]] = -np.inf  # as the exported output bias has them
+    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)  # (S, 8, V')
+    columns = labels if model.output_ids is None else np.searchsorted(model.output_ids, labels)
+    want = np.take_along_axis(log_probs, columns[..., None], -1)[..., 0]  # (S, 8)
+    translator = ctranslate2.Translator(folder, device="cpu", compute_type="float32")
+    scored = translator.score_batch([[pieces[i] for i in row] for row in source],
+                                    [[pieces[i] for i in row] for row in target])
+    got = np.array([result.log_probs for result in scored])  # (S, 8): the tokens and </s>
+    gap = float(np.abs(got - want).max()) if got.shape == want.shape else np.inf
+    if not gap <= SCORE_TOLERANCE:
+        raise UserError(f"--format ctranslate2: the converted model does not score as this model does (a token's "
+                        f"log-probability differs by {gap:.3g}): the model computes something CTranslate2's "
+                        f"Transformer does not (an edited layer?); --format saved_model runs the model's own layers")
 
 
 def export_ctranslate2(translator, output, quantization=None):
@@ -150,9 +243,7 @@ def export_saved_model(translator, output):
     tokenizer = tf_text.SentencepieceTokenizer(model=translator.sp.serialized_model_proto(), add_eos=True)
 
     def translate(sentences):
-        # data_load.clean in TensorFlow ops: NFKC, no byte-order marks or control characters, one space
-        text = tf_text.normalize_utf8(tf.strings.regex_replace(sentences, "\ufeff", ""), "NFKC")
-        text = tf.strings.strip(tf.strings.regex_replace(text, r"[\p{Cc}\s]+", " "))
+        text = data_load.clean_tensor(sentences)  # (N,) as translate.py cleans them
         source = tokenizer.tokenize(text).to_tensor(default_value=data_load.PAD)  # (N, T): pieces, </s>
         pad = -tf.shape(source)[1] % data_load.PAD_MULTIPLE
         source = tf.pad(source, [[0, 0], [0, pad]])  # (N, T1): padded as data_load.encoder_inputs

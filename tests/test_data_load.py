@@ -191,3 +191,14 @@ def test_subword_sampling_resegments_each_epoch_reproducibly(tmp_path):
     assert batches.tgt == second[1] and sorted(np.concatenate(plan).tolist()) == list(range(len(tgt)))
     assert set(data_load.output_ids("target", batches.target_ids())) == within | {0, 1, 2, 3}
     assert data_load.resegmenter(sp, src, tgt, 0.0, 7)(0) == (sp.encode(src), sp.encode(tgt))
+
+
+def test_the_graph_cleaning_is_the_python_cleaning():
+    """clean_tensor (the SavedModel's) gives what clean gives: byte-order marks, tabs, CR, line and
+    paragraph separators, no-break and ideographic spaces, control characters, NFKC's ligatures
+    and full-width letters."""
+    pytest.importorskip("tensorflow_text")
+    lines = ["\ufeffEin  Mann\tfährt\r\nFahrrad.", "a\u2028b\u2029c\u00a0d\u3000e", "\x07bell\x1f and \x85next",
+             "ﬁnde Ｆｕｌｌ ①", "  ", "", "Straße\u200bhier"]
+    got = [s.decode() for s in data_load.clean_tensor(lines).numpy()]
+    assert got == [data_load.clean(line) for line in lines]

@@ -89,3 +89,96 @@ def test_ctranslate2_translates_as_translate_py(quick_start, sample_lines, tmp_p
     int8 = outside(CTRANSLATE2, [str(tmp_path / "ct2-int8"), plus], lines, tmp_path)["translations"]
     assert len(int8) == len(lines)
     agreement(int8, expected)  # reported, not asserted: int8 weights may change a choice
+
+
+# Settings where the model differs from the default, each exported on its own
+VARIANTS = {
+    "pre-norm": dict(norm="pre"),
+    "learned positions": dict(positional="learned", maxlen1=24, maxlen2=24),
+    "no W^O": dict(attention_output=False),
+    "separate embeddings": dict(share_embeddings=False),
+    "the reference's details": dict(attention_output=False, layer_norm_epsilon=1e-8, pad_logit="zero",
+                                    embedding_init="xavier"),
+}
+
+
+def variant_model(settings, sp, seed=0):
+    """A small untrained Transformer of these settings over sp's vocabulary, its embeddings made
+    5x larger (sharper logits than an untrained model's: no near-ties for greedy decoding)."""
+    import dataclasses
+
+    import keras
+    from keras import ops
+
+    import hyperparams
+    import model as transformer
+
+    keras.utils.set_random_seed(seed)
+    hp = dataclasses.replace(hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0,
+                                                 output_vocab="all"), **settings)
+    m = transformer.make_model(hp, sp.get_piece_size())
+    m.embedding.embeddings.assign(ops.convert_to_numpy(m.embedding.embeddings) * 5.0)
+    return m
+
+
+@pytest.fixture(scope="module")
+def sample_sp(quick_start):
+    import sentencepiece as spm
+    return spm.SentencePieceProcessor(model_file=str(quick_start.prepro / "bpe.model"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_model(variant, sample_sp, tmp_path):
+    """Every non-default setting the specification has a place for exports: the converted model
+    gives each token the model's own log-probability (serving.check_ctranslate2, run by the
+    export) and translates greedily as translate.py does."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import decoding
+    import serving
+
+    m = variant_model(VARIANTS[variant], sample_sp)
+    pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
+    serving.write_ctranslate2(m, pieces, str(tmp_path / "ct2"))
+    lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee vor einem Haus.", "Kinder."]
+    want = decoding.translate_lines(m, sample_sp, lines, m.maxlen1, 2000)
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
+    sources = [sample_sp.encode(line, out_type=str) for line in lines]
+    longest = -(-(max(map(len, sources)) + 1) // 8) * 8  # one batch: with </s>, padded as data_load.encoder_inputs
+    results = translator.translate_batch(sources, beam_size=1, max_decoding_length=decoding.default_max_len(m, longest))
+    assert [sample_sp.decode(r.hypotheses[0]) for r in results] == want
+
+
+@pytest.mark.slow
+def test_ctranslate2_refuses_what_it_cannot_hold(sample_sp, tmp_path, monkeypatch):
+    """An edited layer (here another residual in the decoder block), another activation, a setting
+    the specification does not know: each refused in one line, nothing written."""
+    import functools
+
+    import keras
+
+    import modules
+    import serving
+    from utils import UserError
+
+    pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
+    m = variant_model({}, sample_sp)
+    m.decoder_blocks[1].feed_forward.inner.activation = keras.activations.get("tanh")
+    with pytest.raises(UserError, match="decoder_1's feed-forward activation is tanh; CTranslate2 has relu and gelu"):
+        serving.write_ctranslate2(m, pieces, str(tmp_path / "tanh"))
+    monkeypatch.setitem(serving.CHOICES_WRITTEN, "norm", None)
+    monkeypatch.delitem(serving.CHOICES_WRITTEN, "norm")
+    with pytest.raises(UserError, match="the setting norm has no place in CTranslate2's specification"):
+        serving.write_ctranslate2(variant_model({}, sample_sp), pieces, str(tmp_path / "choice"))
+    monkeypatch.undo()
+    edited = modules.DecoderBlock.call
+
+    @functools.wraps(edited)
+    def another_residual(self, y, *args, **kwargs):
+        out = edited(self, y, *args, **kwargs)
+        return (out[0] + y,) + tuple(out[1:]) if isinstance(out, tuple) else out + y
+
+    monkeypatch.setattr(modules.DecoderBlock, "call", another_residual)
+    with pytest.raises(UserError, match=r"does not score as this model does \(a token's log-probability differs"):
+        serving.write_ctranslate2(variant_model({}, sample_sp), pieces, str(tmp_path / "edited"))
+    assert not (tmp_path / "tanh").exists() and not (tmp_path / "choice").exists()
