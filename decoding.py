@@ -451,35 +451,87 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     return out
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+SENTENCE_END = ".!?;:"  # a sentence ends at a word that ends in one of these
+WORD_START = "\u2581"  # sentencepiece's mark of a word's first piece
 
 
 def split_long(sp, text, max_tokens):
-    """Token ids of text, in pieces of at most max_tokens: cut at sentence ends, else between
-    words, else (a single very long word) anywhere."""
+    """Token ids of text, in pieces of at most max_tokens: whole sentences packed greedily, a
+    sentence too long for a piece word by word, a word too long for one (rare) cut anywhere.
+
+    It works on the token ids, which are the words' own one after another (sentencepiece encodes
+    each word alone): a word starts at a piece that starts with the mark ▁, a sentence at a word
+    after one that ends in . ! ? ; or :. split_long_tensor is the same rule in TensorFlow ops.
+    """
     ids = sp.encode(text)
     if len(ids) <= max_tokens:
         return [ids]
-    units = []
-    for sentence in SENTENCE_END.split(text):
-        units += [sentence] if len(sp.encode(sentence)) <= max_tokens else sentence.split()
-    pieces, current = [], ""
-    for unit in units:
-        candidate = f"{current} {unit}".strip()
-        if len(sp.encode(candidate)) <= max_tokens:
-            current = candidate
+    pieces = [sp.id_to_piece(i) for i in ids]
+    words = [i for i, piece in enumerate(pieces) if i == 0 or piece.startswith(WORD_START)]
+    sentences = [i for i in words if i == 0 or pieces[i - 1].endswith(tuple(SENTENCE_END))] + [len(ids)]
+    units = []  # (start, end) of each sentence, or of each word of a sentence too long
+    for start, end in zip(sentences, sentences[1:]):
+        inner = [start, end] if end - start <= max_tokens else [w for w in words if start <= w < end] + [end]
+        units += zip(inner, inner[1:])
+    out, current = [], []
+    for start, end in units:
+        unit = ids[start:end]
+        if current and len(current) + len(unit) <= max_tokens:
+            current = current + unit
             continue
         if current:
-            pieces.append(sp.encode(current))
-        unit_ids = sp.encode(unit)
-        if len(unit_ids) <= max_tokens:
-            current = unit
-        else:
-            pieces += [unit_ids[i:i + max_tokens] for i in range(0, len(unit_ids), max_tokens)]
-            current = ""
-    if current:
-        pieces.append(sp.encode(current))
-    return pieces
+            out.append(current)
+        current = unit if len(unit) <= max_tokens else []
+        if not current:
+            out += [unit[i:i + max_tokens] for i in range(0, len(unit), max_tokens)]
+    return out + ([current] if current else [])
+
+
+def split_long_tensor(ids, vocabulary, max_tokens):
+    """split_long in TensorFlow ops, for a graph that takes text (serving.py's SavedModel), over
+    every line at once: ids a ragged (N, None) int32 tensor of each line's token ids (no </s>),
+    vocabulary the (V,) string tensor of the pieces -> (the pieces, a ragged (P, None) tensor of
+    ids; the line each came from (P,), in order). An empty line gives no piece.
+    tests/test_decoding.py checks that the two agree."""
+    import tensorflow as tf
+
+    flat, line = ids.flat_values, ids.value_rowids()  # (M,) every line's ids, one after another
+    first = tf.equal(tf.range(tf.size(flat), dtype=line.dtype), tf.gather(ids.row_starts(), line))  # (M,)
+    piece = tf.gather(vocabulary, flat)  # (M,)
+    word = first | tf.strings.regex_full_match(piece, WORD_START + ".*")  # (M,) a word starts here
+    ends = tf.strings.regex_full_match(piece, f".*[{re.escape(SENTENCE_END)}]")  # (M,)
+    sentence = first | (word & tf.concat([[False], ends[:-1]], 0))  # (M,) a sentence starts here
+    ones = tf.ones_like(flat)
+
+    def spans(starts):
+        """The span each token is in (M,), and each span's length."""
+        index = tf.cumsum(tf.cast(starts, tf.int32)) - 1  # (M,)
+        return index, tf.math.unsorted_segment_sum(ones, index, tf.reduce_sum(tf.cast(starts, tf.int32)))
+
+    sentence_index, sentence_length = spans(sentence)
+    unit_index, unit_length = spans(sentence | (word & (tf.gather(sentence_length, sentence_index) > max_tokens)))
+    unit_line = tf.math.unsorted_segment_max(tf.cast(line, tf.int32), unit_index, tf.size(unit_length))  # (U,)
+
+    def pack(state, unit):
+        """Greedy packing, one unit at a time: (line, tokens in the open piece, pieces so far,
+        this unit's first piece)."""
+        last_line, current, count, _ = state
+        length, unit_of_line = unit
+        current = tf.where(tf.equal(unit_of_line, last_line), current, 0)  # a new line opens no piece
+        join = (current > 0) & (current + length <= max_tokens)
+        start = tf.where(join, count - 1, count)
+        count = tf.where(join, count, count + (length + max_tokens - 1) // max_tokens)
+        current = tf.where(join, current + length, tf.where(length <= max_tokens, length, 0))
+        return unit_of_line, current, count, start
+
+    zero = tf.constant(0, tf.int32)
+    _, _, counts, unit_piece = tf.scan(pack, (unit_length, unit_line), (zero - 1, zero, zero, zero))
+    offset = tf.range(tf.size(flat)) - tf.gather(tf.cumsum(unit_length, exclusive=True), unit_index)  # (M,)
+    token_piece = tf.gather(unit_piece, unit_index) + offset // max_tokens  # (M,)
+    count = tf.reduce_max(tf.concat([[0], counts], 0))  # P
+    pieces = tf.RaggedTensor.from_value_rowids(flat, tf.cast(token_piece, tf.int64), nrows=tf.cast(count, tf.int64))
+    owner = tf.math.unsorted_segment_max(tf.cast(line, tf.int32), token_piece, count)  # (P,)
+    return pieces, owner
 
 
 def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",

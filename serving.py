@@ -229,29 +229,42 @@ def export_ctranslate2(translator, output, quantization=None):
 
 def export_saved_model(translator, output):
     """Write a SavedModel to output whose `translate` (and `serving_default`) maps a 1-D string
-    tensor of sentences to their greedy translations."""
+    tensor of sentences to their greedy translations, as translate.py gives them: the same
+    cleaning, a line longer than maxlen1 - 1 tokens cut by the same rule, the same length limit."""
     import keras
     import tensorflow as tf
     tf_text = optional("tensorflow_text", "export")
 
     import data_load
-    from decoding import default_max_len, greedy_loop
+    from decoding import default_max_len, greedy_loop, split_long_tensor
 
     if keras.backend.backend() != "tensorflow":
         raise UserError("--format saved_model needs KERAS_BACKEND=tensorflow")
-    model = translator.model
-    tokenizer = tf_text.SentencepieceTokenizer(model=translator.sp.serialized_model_proto(), add_eos=True)
+    model, sp = translator.model, translator.sp
+    tokenizer = tf_text.SentencepieceTokenizer(model=sp.serialized_model_proto())
+    vocabulary = tf.constant([sp.id_to_piece(i) for i in range(sp.get_piece_size())])  # (V,)
+
+    def decode(source):
+        max_len = default_max_len(model, tf.shape(source)[1])  # as translate.py decodes
+        return greedy_loop(model, source, max_len, tf.constant(0))[0]  # (P, L)
 
     def translate(sentences):
         text = data_load.clean_tensor(sentences)  # (N,) as translate.py cleans them
-        source = tokenizer.tokenize(text).to_tensor(default_value=data_load.PAD)  # (N, T): pieces, </s>
+        # 1. each line's pieces of at most maxlen1 - 1 tokens (decoding.translate_lines), and </s>
+        pieces, owner = split_long_tensor(tokenizer.tokenize(text), vocabulary, model.maxlen1 - 1)  # (P, None), (P,)
+        eos = tf.RaggedTensor.from_tensor(tf.fill([pieces.nrows(), 1], data_load.EOS))  # (P, 1)
+        source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=data_load.PAD)  # (P, T)
         pad = -tf.shape(source)[1] % data_load.PAD_MULTIPLE
-        source = tf.pad(source, [[0, 0], [0, pad]])  # (N, T1): padded as data_load.encoder_inputs
-        max_len = default_max_len(model, tf.shape(source)[1])  # as translate.py decodes
-        ids, _ = greedy_loop(model, source, max_len, tf.constant(0))  # (N, L)
+        source = tf.pad(source, [[0, 0], [0, pad]])  # (P, T1): padded as data_load.encoder_inputs
+        # 2. greedy decoding, every piece in one batch (no piece: nothing to decode)
+        ids = tf.cond(tf.shape(source)[0] > 0, lambda: decode(source), lambda: tf.zeros([0, 1], tf.int32))
         keep = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, data_load.EOS), tf.int32), axis=1), 0)  # before </s>
-        words = tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))  # (N,)
-        return tf.where(tf.equal(text, ""), "", words)  # an empty line stays empty
+        words = tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))  # (P,)
+        # 3. each line's pieces joined, as translate_lines joins them; an empty line stays empty
+        said = tf.not_equal(words, "")
+        lines = tf.RaggedTensor.from_value_rowids(tf.boolean_mask(words, said), tf.cast(tf.boolean_mask(owner, said),
+                                                  tf.int64), nrows=tf.shape(text, out_type=tf.int64)[0])  # (N, None)
+        return tf.strings.strip(tf.strings.reduce_join(lines, axis=1, separator=" "))  # (N,)
 
     archive = keras.export.ExportArchive()
     archive.track(model)

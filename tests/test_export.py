@@ -94,7 +94,7 @@ def test_ctranslate2_translates_as_translate_py(quick_start, sample_lines, tmp_p
 # Settings where the model differs from the default, each exported on its own
 VARIANTS = {
     "pre-norm": dict(norm="pre"),
-    "learned positions": dict(positional="learned", maxlen1=24, maxlen2=24),
+    "learned positions": dict(positional="learned"),
     "no W^O": dict(attention_output=False),
     "separate embeddings": dict(share_embeddings=False),
     "the reference's details": dict(attention_output=False, layer_norm_epsilon=1e-8, pad_logit="zero",
@@ -103,8 +103,8 @@ VARIANTS = {
 
 
 def variant_model(settings, sp, seed=0):
-    """A small untrained Transformer of these settings over sp's vocabulary, its embeddings made
-    5x larger (sharper logits than an untrained model's: no near-ties for greedy decoding)."""
+    """A small untrained Transformer of these settings over sp's vocabulary (maxlen1 and maxlen2
+    24: a learned position table of 24 rows), its embeddings made 5x larger (sharper logits than an untrained model's: no near-ties for greedy decoding)."""
     import dataclasses
 
     import keras
@@ -115,7 +115,7 @@ def variant_model(settings, sp, seed=0):
 
     keras.utils.set_random_seed(seed)
     hp = dataclasses.replace(hyperparams.Hparams(d_model=32, d_ff=64, num_blocks=2, num_heads=4, dropout_rate=0.0,
-                                                 output_vocab="all"), **settings)
+                                                 maxlen1=24, maxlen2=24, output_vocab="all"), **settings)
     m = transformer.make_model(hp, sp.get_piece_size())
     m.embedding.embeddings.assign(ops.convert_to_numpy(m.embedding.embeddings) * 5.0)
     return m
@@ -182,3 +182,33 @@ def test_ctranslate2_refuses_what_it_cannot_hold(sample_sp, tmp_path, monkeypatc
     with pytest.raises(UserError, match=r"does not score as this model does \(a token's log-probability differs"):
         serving.write_ctranslate2(variant_model({}, sample_sp), pieces, str(tmp_path / "edited"))
     assert not (tmp_path / "tanh").exists() and not (tmp_path / "choice").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["learned positions", "pre-norm", "separate embeddings"])
+def test_each_variant_exports_to_a_saved_model_that_translates_as_translate_py(variant, sample_sp, tmp_path):
+    """The SavedModel runs the model's own layers; around them it cleans, cuts over-long lines and
+    joins their pieces as translate.py does: lines longer than a learned position table (maxlen1
+    24 here) translate through it as through translate.py, word by word where a sentence is too
+    long, an over-long word cut anywhere, an empty line empty."""
+    pytest.importorskip("tensorflow_text")
+    import types
+
+    import tensorflow as tf
+
+    import data_load
+    import decoding
+    import serving
+
+    m = variant_model(VARIANTS[variant], sample_sp)
+    serving.export_saved_model(types.SimpleNamespace(model=m, sp=sample_sp), str(tmp_path / "sm"))
+    lines = ["Ein Mann fährt Fahrrad.",
+             "Zwei Hunde spielen im Schnee vor einem Haus. Eine Frau mit einem roten Hut sieht ihnen zu, "
+             "und ein Kind lacht! Dann gehen alle nach Hause; es wird dunkel.",
+             "", "Ein" + "sehrlangeswort" * 6 + " und\u2028dann.",
+             " ".join(["Eine Gruppe von Menschen steht vor einem großen Gebäude"] * 3)]
+    assert max(len(sample_sp.encode(line)) for line in lines) > 2 * m.maxlen1
+    want = decoding.translate_lines(m, sample_sp, [data_load.clean(x) for x in lines], m.maxlen1, 5000)
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))  # held: its functions use its variables
+    got = [s.decode() for s in loaded.translate(tf.constant(lines)).numpy()]
+    assert got == want and got[2] == "" and all(got[i] for i in (0, 1, 3, 4))
