@@ -124,7 +124,8 @@ def greedy_loop(model, source, max_len, min_len):
 
     Args:
       source: (N, T1) ids.
-      max_len: L, a Python int (fixes the output and cache shapes).
+      max_len: L, an int, or an int scalar tensor in a traced graph (serving.py's SavedModel).
+        It fixes the output and cache shapes.
       min_len: int scalar tensor: </s> is barred before this many tokens.
 
     Returns:

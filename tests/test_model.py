@@ -371,3 +371,11 @@ def test_the_loss_is_the_mean_over_every_target_token():
     assert transformer.loss_per_token(m, batches) == pytest.approx(whole, rel=1e-5)
     means = np.mean([float(m.test_on_batch(b, t)) for b, t in batches])
     assert abs(means - whole) > 1e-3
+
+
+def test_the_choices_defaults_are_the_settings_defaults():
+    """A layer built without choices (a learner's experiment, a test) gets the model that
+    hyperparams.Hparams describes by default: modules.Choices repeats those defaults, and this ties them."""
+    import modules
+    defaults = hyperparams.Hparams()
+    assert modules.Choices() == modules.Choices(**{name: getattr(defaults, name) for name in transformer.CHOICE_FIELDS})
