@@ -7,6 +7,7 @@ from keras import ops
 import decoding
 import hyperparams
 import model as transformer
+from conftest import add_another_residual
 from data_load import BOS, EOS, PAD
 
 
@@ -187,20 +188,9 @@ def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeyp
     greedy decoding returns what the reference's uncached decoding returns, token for token; beam
     search of width 1 is that greedy decoding; beam search of width 4 returns the same ids with
     either kernels, each scored as the changed model scores it (teacher forcing)."""
-    import functools
-
-    import modules
-
     x, _, _ = copy_model[1](40)
     unchanged = decoding.greedy_decode(transformer.rebuild(copy_model[0], "plain"), x, cached=False)
-    edited = modules.DecoderBlock.call
-
-    @functools.wraps(edited)
-    def another_residual(self, y, *args, **kwargs):
-        out = edited(self, y, *args, **kwargs)
-        return (out[0] + y,) + tuple(out[1:]) if isinstance(out, tuple) else out + y
-
-    monkeypatch.setattr(modules.DecoderBlock, "call", another_residual)
+    add_another_residual(monkeypatch)
     plain, fast = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "fast"))
     want = decoding.greedy_decode(plain, x, cached=False)
     assert want.shape != unchanged.shape or (want != unchanged).any()  # the edit changes translations

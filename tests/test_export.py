@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_script
+from conftest import ROOT, add_another_residual, assert_one_line_error, run_script
 
 # Loads the SavedModel with TensorFlow alone and prints its translations of stdin as JSON.
 SAVED_MODEL = """
@@ -104,7 +104,8 @@ VARIANTS = {
 
 def variant_model(settings, sp, seed=0):
     """A small untrained Transformer of these settings over sp's vocabulary (maxlen1 and maxlen2
-    24: a learned position table of 24 rows), its embeddings made 5x larger (sharper logits than an untrained model's: no near-ties for greedy decoding)."""
+    24: a learned position table of 24 rows), its embeddings made 5x larger (sharper logits than an
+    untrained model's: no near-ties for greedy decoding)."""
     import dataclasses
 
     import keras
@@ -153,11 +154,8 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
 def test_ctranslate2_refuses_what_it_cannot_hold(sample_sp, tmp_path, monkeypatch):
     """An edited layer (here another residual in the decoder block), another activation, a setting
     the specification does not know: each refused in one line, nothing written."""
-    import functools
-
     import keras
 
-    import modules
     import serving
     from utils import UserError
 
@@ -171,14 +169,7 @@ def test_ctranslate2_refuses_what_it_cannot_hold(sample_sp, tmp_path, monkeypatc
     with pytest.raises(UserError, match="the setting norm has no place in CTranslate2's specification"):
         serving.write_ctranslate2(variant_model({}, sample_sp), pieces, str(tmp_path / "choice"))
     monkeypatch.undo()
-    edited = modules.DecoderBlock.call
-
-    @functools.wraps(edited)
-    def another_residual(self, y, *args, **kwargs):
-        out = edited(self, y, *args, **kwargs)
-        return (out[0] + y,) + tuple(out[1:]) if isinstance(out, tuple) else out + y
-
-    monkeypatch.setattr(modules.DecoderBlock, "call", another_residual)
+    add_another_residual(monkeypatch)
     with pytest.raises(UserError, match=r"does not score as this model does \(a token's log-probability differs"):
         serving.write_ctranslate2(variant_model({}, sample_sp), pieces, str(tmp_path / "edited"))
     assert not (tmp_path / "tanh").exists() and not (tmp_path / "choice").exists()
