@@ -36,7 +36,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     differ; kernels (an Hparams.kernels value: auto, plain, fast or a list) names the faster
     kernels the model is built with: `kernels` holds the chosen ones (fast.chosen), `parts` the
     primitives every layer is built with (fast.parts). They are not part of the saved config: a
-    checkpoint loads with whichever kernels are asked for.
+    checkpoint loads with whichever kernels are asked for (checkpoints.load: the run's --kernels;
+    keras.models.load_model: plain).
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,

@@ -48,8 +48,10 @@ def test_save_and_load_give_identical_outputs(tmp_path):
     m.train_on_batch((x, y), np.array([[9, 10, EOS], [11, EOS, PAD]]))
     path = str(tmp_path / "m.keras")
     m.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_array_equal(ops.convert_to_numpy(loaded((x, y))), ops.convert_to_numpy(m((x, y))))
+    loaded = keras.models.load_model(path)  # with the plain parts: the kernels are not saved
+    assert loaded.kernels == frozenset()
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, y))), ops.convert_to_numpy(m((x, y))), rtol=1e-5,
+                               atol=1e-5)
     assert int(loaded.optimizer.iterations.numpy()) == 1
     np.testing.assert_array_equal(decoding.greedy_decode(loaded, x, max_len=6), decoding.greedy_decode(m, x, max_len=6))
 
@@ -70,7 +72,8 @@ def test_output_ids_give_those_columns_of_the_full_logits(tmp_path):
     part.save(path)
     loaded = keras.models.load_model(path, compile=False)
     assert loaded.output_ids == OUTPUT_IDS
-    np.testing.assert_array_equal(ops.convert_to_numpy(loaded((src, tgt))), ops.convert_to_numpy(part((src, tgt))))
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded((src, tgt))), ops.convert_to_numpy(part((src, tgt))),
+                               rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="starting with 0, 1, 2, 3"):
         transformer.make_model(hp, 14, [0, 1, 3, 5])
     label_map = part.label_map()
