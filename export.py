@@ -7,7 +7,8 @@
 saved_model: a folder for tf.saved_model.load and TensorFlow Serving. Its `translate` function (also
 the `serving_default` signature) takes a 1-D string tensor of sentences and returns a 1-D string
 tensor of translations: the sentencepiece model runs inside the graph (tensorflow-text; `import
-tensorflow_text` before loading registers its ops), then cached greedy decoding, whole sentences.
+tensorflow_text` before loading registers its ops), then cached greedy decoding; a line longer than
+the model's maxlen1 is cut into pieces and their translations joined, as translate.py does.
 
     import tensorflow as tf, tensorflow_text  # noqa: F401
     translator = tf.saved_model.load("exported/sample")
@@ -25,7 +26,9 @@ sentencepiece model beside it as sentencepiece.model. CTranslate2 takes pieces, 
 The weights are the Transformer's as trained; what CTranslate2 has no setting for is written into
 them: the model's logits cover only the training targets' pieces (--output_vocab target) and
 decoding never chooses <pad> or <s> (decoding.bar_tokens), so those ids get an output bias of -1e9;
-a model without W^O (the reference's) gets the identity in its place.
+a model without W^O (the reference's) gets the identity in its place. The converted model must
+score a few made-up sentence pairs as the model does, or nothing is written: a model CTranslate2
+cannot hold (another activation, a layer of your own) is refused; saved_model runs any model.
 """
 import os
 import shutil
