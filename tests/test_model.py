@@ -291,7 +291,8 @@ def test_learned_positions_save_load_and_decode_from_the_right_offsets(tmp_path)
     m.save(path)
     loaded = keras.models.load_model(path, compile=False)
     assert (loaded.positional, loaded.maxlen1, loaded.maxlen2) == ("learned", 12, 12)
-    np.testing.assert_array_equal(ops.convert_to_numpy(loaded((x, d))), ops.convert_to_numpy(m((x, d))))
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, d))), ops.convert_to_numpy(m((x, d))), rtol=1e-5,
+                               atol=1e-5)  # loaded with the plain parts
     src = rng.integers(4, 14, (5, 7)).astype(np.int32)
     cached, cached_scores = decoding.greedy_decode(loaded, src, max_len=10, min_len=10, return_scores=True)
     uncached, uncached_scores = decoding.greedy_decode(loaded, src, max_len=10, min_len=10, cached=False,
