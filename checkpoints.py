@@ -180,7 +180,7 @@ def load(path, hp, vocabulary_meta=None):
     vocabulary it is to be used with)."""
     keras = import_keras()  # the first import of Keras in eval.py and translate.py: quietly
 
-    import model as _model  # noqa: F401  (registers the model's classes for deserialization)
+    import model as transformer
 
     if not os.path.isfile(path):
         raise UserError(f"{path}: checkpoint not found")
@@ -189,7 +189,8 @@ def load(path, hp, vocabulary_meta=None):
             config = json.loads(z.read("config.json"))
         config["config"]["kernels"] = hp.kernels
         config.pop("compile_config", None)  # uncompiled, as load_model(compile=False)
-        m = keras.saving.deserialize_keras_object(config)  # built (its build_config)
+        objects = {"Transformer": transformer.Transformer}
+        m = keras.saving.deserialize_keras_object(config, custom_objects=objects)  # built (its build_config)
         m.load_weights(path)
     except Exception as e:  # Keras raises many types for a damaged or foreign file
         raise UserError(f"{path}: cannot load this checkpoint ({type(e).__name__}: {str(e).splitlines()[0]}); "

@@ -1,13 +1,13 @@
 """Exporting a trained model to run without this project: the CTranslate2 specification of its
 weights, and a TensorFlow SavedModel that translates text in one graph. export.py is the command
-line over this; its help says how to use what it writes.
+line over this; its help says how to use what it writes. Keras and the project's modules built on
+it are imported inside the functions, so that export.py's --help stays quick and quiet.
 """
 import dataclasses
 import os
 
 import numpy as np
 
-import modules
 from utils import UserError, optional
 
 # A logit that never wins: the ids the port's decoding never chooses
@@ -84,6 +84,8 @@ def refuse_what_ctranslate2_cannot_hold(model):
     """A UserError naming the first part of the model that CTranslate2's Transformer has no place
     for: a choice this file does not know, another activation, or a layer of another class than
     modules.py's (a replaced one); else the feed-forward activation's name."""
+    import modules
+
     def refuse(what):
         raise UserError(f"--format ctranslate2 cannot export this model: {what}; --format saved_model "
                         f"runs the model's own layers")
