@@ -198,9 +198,7 @@ def check_ctranslate2(model, pieces, folder, sentences=4, seed=0):
     choosable = [i for i in (model.output_ids or range(model.vocab_size)) if i > data_load.EOS]
     source = rng.integers(data_load.EOS + 1, model.vocab_size, (sentences, 9)).astype(np.int32)  # (S, 9)
     target = rng.choice(choosable, (sentences, 7)).astype(np.int32)  # (S, 7)
-    x = np.concatenate([source, np.full((sentences, 1), data_load.EOS, np.int32)], 1)  # (S, 10)
-    target_in = np.concatenate([np.full((sentences, 1), data_load.BOS, np.int32), target], 1)  # (S, 8)
-    labels = np.concatenate([target, np.full((sentences, 1), data_load.EOS, np.int32)], 1)  # (S, 8)
+    (x, target_in), labels = data_load.training_arrays(source, target, multiple=1)  # (S, 10), (S, 8), (S, 8)
     logits = np.asarray(ops.convert_to_numpy(model((x, target_in), training=False)), np.float64)  # (S, 8, V')
     logits[..., [data_load.PAD, data_load.BOS]] = -np.inf  # as the exported output bias has them
     log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
