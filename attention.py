@@ -6,7 +6,8 @@
 One heatmap for every layer and head of the decoder's attention over the encoder output (section
 3.2.3, "encoder-decoder attention"): the source pieces along the bottom, the output pieces down
 the side, each row the weights (summing to 1) with which that output piece was chosen. With
---encoder, the encoder's self-attention too, a row of heatmaps per layer below. Prints the
+--encoder, the encoder's self-attention too, a row of heatmaps per layer below; with
+--decoder_self, the decoder's (causal) self-attention, below those. Prints the
 translation. The weights are those of the model translating the sentence: it is decoded first
 (as the run decodes: greedy, or beam search where its --beam_size is above 1), then run once more
 over its own output with every attention layer returning its weights (runs.attention_maps).
@@ -28,6 +29,8 @@ def main(argv=None):
         parser.add_argument("--output", metavar="PATH", required=True, help="the PNG file to write")
         parser.add_argument("--encoder", action="store_true",
                             help="also draw the encoder's self-attention, a row per layer")
+        parser.add_argument("--decoder_self", action="store_true",
+                            help="also draw the decoder's self-attention over its own output, a row per layer")
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file to draw with (default: the newest in <logdir>/ckpt)")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
@@ -37,7 +40,8 @@ def main(argv=None):
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")
     translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
-    _, _, translation, maps = attention_maps(translator, args.sentence, encoder=args.encoder)
+    _, _, translation, maps = attention_maps(translator, args.sentence, encoder=args.encoder,
+                                          decoder_self=args.decoder_self)
     draw_attention(maps, args.sentence, translation, args.output)
     print(translation)
     print(f"wrote {args.output}: {len(maps)} layers x {maps[0][1].shape[0]} heads")

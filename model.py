@@ -112,14 +112,15 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
     def decode(self, target_in, memory, source_mask, training=None, return_attention_scores=False):
         """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V); with
-        return_attention_scores also each block's cross-attention weights, a list of (N, h, T2, T1)."""
+        return_attention_scores also each block's (self-attention, cross-attention) weights, a list of
+        ((N, h, T2, T2), (N, h, T2, T1))."""
         target_mask = ops.not_equal(target_in, PAD)  # (N, T2)
         y = self.embed_target(target_in, training=training)  # (N, T2, d)
         scores = []
         for block in self.decoder_blocks:
-            y, weights = block(y, memory, target_mask, source_mask, training=training,
-                               return_attention_scores=True)  # (N, T2, d)
-            scores.append(weights)
+            y, self_weights, cross_weights = block(y, memory, target_mask, source_mask, training=training,
+                                                   return_attention_scores=True)  # (N, T2, d)
+            scores.append((self_weights, cross_weights))
         logits = self.logits(y)  # (N, T2, V')
         return (logits, scores) if return_attention_scores else logits
 

@@ -566,18 +566,21 @@ class DecoderBlock(Block):
             self-attention cache (keys, values), each (N, h, L, d_k), whose entries from
             cache_index (an entry, not a position) on this call writes, and the encoder output's
             keys/values, each (N, h, T1, d_k) (see MultiHeadAttention.call).
-          return_attention_scores: also return the cross-attention weights (N, h, T2, T1).
+          return_attention_scores: also return the self-attention weights (N, h, T2, T2 or L) and
+            the cross-attention weights (N, h, T2, T1).
 
         Returns:
           (N, T2, d); with caches, ((N, T2, d), the updated self-attention cache); with
-          return_attention_scores, the weights after those.
+          return_attention_scores, the two weights after those.
         """
         h = self.self_attention_norm.sublayer_input(x)  # (N, T2, d)
         if self_cache is None:  # training, or the reference's uncached decoding: all positions
-            a = self.self_attention(h, h, attention_mask=target_mask, causal=True, training=training)  # (N, T2, d)
+            a, self_weights = self.self_attention(h, h, attention_mask=target_mask, causal=True, training=training,
+                                                  return_attention_scores=True)  # (N, T2, d)
         else:  # new positions: earlier ones are in the cache, later ones do not exist yet
-            a, self_cache = self.self_attention(h, h, attention_mask=target_mask, cache=self_cache,
-                                                cache_index=cache_index)  # (N, T2, d)
+            a, self_cache, self_weights = self.self_attention(h, h, attention_mask=target_mask, cache=self_cache,
+                                                              cache_index=cache_index,
+                                                              return_attention_scores=True)  # (N, T2, d)
         x = self.self_attention_norm(x, a, training=training)  # (N, T2, d)
         h = self.cross_attention_norm.sublayer_input(x)  # (N, T2, d)
         c, *_, weights = self.cross_attention(h, memory, attention_mask=source_mask, cache=cross_cache,
@@ -586,7 +589,7 @@ class DecoderBlock(Block):
         f = self.feed_forward(self.feed_forward_norm.sublayer_input(x))  # (N, T2, d)
         x = self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
         returned = (x,) + (() if self_cache is None else (self_cache,))
-        returned += (weights,) if return_attention_scores else ()
+        returned += (self_weights, weights) if return_attention_scores else ()
         return returned[0] if len(returned) == 1 else returned
 
 

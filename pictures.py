@@ -115,22 +115,194 @@ def plot_ablations(rows, output):
     return output
 
 
-def draw_attention(maps, sentence, translation, output):
-    """A grid of heatmaps, a row per layer and a column per head, written to the PNG file output."""
+def draw_attention(maps, sentence, translation, output, average_heads=False, mark_largest=False):
+    """Heatmaps of attention weights (runs.attention_maps), written to the PNG file output: a row
+    per layer and a column per head, or with average_heads one heatmap per layer, side by side,
+    of its heads' mean weights. mark_largest circles each row's largest weight (in cross-attention,
+    the source piece an output piece leaned on most: the alignment). One colour scale, 0 to 1."""
     from matplotlib.figure import Figure
 
-    rows, heads = len(maps), maps[0][1].shape[0]
+    if average_heads:
+        maps = [(f"{title}, mean of {weights.shape[0]} heads", weights.mean(0, keepdims=True), rows, columns)
+                for title, weights, rows, columns in maps]
+    if average_heads:  # one row of panels, one per map
+        panels = [[(title, weights[0], rows, columns) for title, weights, rows, columns in maps]]
+    else:  # a row per map, a panel per head
+        panels = [[(f"{title}, head {head + 1}", weights[head], rows, columns) for head in range(weights.shape[0])]
+                  for title, weights, rows, columns in maps]
     size = max(max(len(r), len(c)) for _, _, r, c in maps)
-    cell = max(2.4, 0.22 * size)
-    fig = Figure(figsize=(cell * heads + 1, cell * rows + 1.2))
-    axes = fig.subplots(rows, heads, squeeze=False)
-    for (title, weights, row_pieces, column_pieces), axes_row in zip(maps, axes):
-        for head, ax in enumerate(axes_row):
-            ax.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_xticks(range(len(column_pieces)), column_pieces, rotation=90, fontsize=7)
-            ax.set_yticks(range(len(row_pieces)), row_pieces, fontsize=7)
-            ax.set_title(f"{title}, head {head + 1}", fontsize=8)
+    grid = (len(panels), len(panels[0]))
+    cell = min(max(2.6, 0.3 * size), 12.0 / grid[1])  # pieces readable, the whole at most about 13 inches wide
+    fig = Figure(figsize=(cell * grid[1] + 1.4, cell * grid[0] + 1.4), layout="constrained")
+    axes = fig.subplots(*grid, squeeze=False)
+    for panel_row, axes_row in zip(panels, axes):
+        for (title, weights, rows, columns), ax in zip(panel_row, axes_row):
+            image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=9)
+            ax.set_yticks(range(len(rows)), rows, fontsize=9)
+            ax.set_title(title, fontsize=9)
+            if mark_largest:
+                ax.scatter(weights.argmax(-1), range(len(rows)), s=60, facecolors="none", edgecolors="red",
+                           linewidths=1.2)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.suptitle(f"{sentence}\n→ {translation}", fontsize=10)
+    with atomic_write(output) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    return output
+
+
+# draw_architecture's colours, by kind of box (those of the paper's Figure 1, roughly)
+BOX_COLOURS = {"attention": "#fcd9b0", "feed_forward": "#c9dcf0", "norm": "#f5f2c0", "embedding": "#f6cfcf",
+               "position": "#e4e4e4", "output": "#d7ead3", "data": "white"}
+
+
+def architecture(model):
+    """The boxes of the model as it was built, bottom to top: (column, kind, text, mask or None),
+    column "encoder" or "decoder"; residual sums are the boxes of kind "norm" (AddNorm)."""
+    def sublayers(block):
+        named = [("self_attention", "self_attention_norm")]
+        named += [("cross_attention", "cross_attention_norm")] if block.has_cross_attention else []
+        return named + [("feed_forward", "feed_forward_norm")]
+
+    d, f, h, positions = model.d_model, model.d_ff, model.num_heads, model.positional
+    shared = "shared" if model.source_embedding is None else "own"
+    boxes = []
+    for column, t, blocks in (("encoder", "T1", model.encoder_blocks), ("decoder", "T2", model.decoder_blocks)):
+        ids = "source ids" if column == "encoder" else "target ids, shifted right (<s> first)"
+        boxes.append((column, "data", f"{ids}  (N, {t})", None))
+        boxes.append((column, "embedding", f"embedding ({shared}) × √d_model  (N, {t}, {d})", None))
+        boxes.append((column, "position", f"+ positional encoding: {positions}", None))
+        for block in blocks:
+            for sublayer, norm in sublayers(block):
+                add_norm = getattr(block, norm)
+                if sublayer == "feed_forward":
+                    text, mask = f"{block.name}.feed_forward  {d} → {f} → {d}", None
+                else:
+                    text = f"{block.name}.{sublayer}  ({h} heads)"
+                    mask = {"self_attention": "mask: source padding" if column == "encoder"
+                            else "mask: causal + target padding",
+                            "cross_attention": "mask: source padding"}[sublayer]
+                kind = "attention" if sublayer != "feed_forward" else "feed_forward"
+                if add_norm.position == "pre":
+                    boxes.append((column, "norm", "layer norm", None))
+                    boxes.append((column, kind, text, mask))
+                    boxes.append((column, "norm", "+ residual", None))
+                else:
+                    boxes.append((column, kind, text, mask))
+                    boxes.append((column, "norm", "+ residual, layer norm", None))
+        if column == "encoder":
+            if model.encoder_norm is not None:
+                boxes.append((column, "norm", "layer norm", None))
+            boxes.append((column, "data", f"memory: the encoder's output  (N, T1, {d})", None))
+    if model.decoder_norm is not None:
+        boxes.append(("decoder", "norm", "layer norm", None))
+    boxes.append(("decoder", "output", f"linear: embedding matrixᵀ → logits  (N, T2, {model.output_size})", None))
+    boxes.append(("decoder", "output", "softmax: P(next token)", None))
+    return boxes
+
+
+def draw_architecture(model, output):
+    """The model as built (architecture(model)), encoder left and decoder right, as in the paper's
+    Figure 1 but with every block drawn: each sublayer's box, its residual path, where each
+    attention's mask enters, the encoder's output feeding every cross-attention. Written to the PNG
+    file output."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyBboxPatch
+
+    boxes = architecture(model)
+    rows = {c: [b for b in boxes if b[0] == c] for c in ("encoder", "decoder")}
+    height = max(len(r) for r in rows.values())
+    centre, width, step = {"encoder": 2.6, "decoder": 8.4}, 4.4, 1.0
+    fig = Figure(figsize=(9.5, 0.5 * height + 0.8))
+    ax = fig.subplots()
+    place = {}
+    for column, column_boxes in rows.items():
+        x = centre[column]
+        for row, (_, kind, text, mask) in enumerate(column_boxes):
+            y = row * step
+            place.setdefault(column, []).append((y, kind, text))
+            ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.02",
+                                        fc=BOX_COLOURS[kind], ec="black", lw=0.8))
+            ax.text(x, y + (0.12 if mask else 0.0), text, ha="center", va="center", fontsize=8)
+            if mask:  # where the attention's mask enters
+                ax.text(x, y - 0.16, mask, ha="center", va="center", fontsize=7, style="italic", color="firebrick")
+            if row:
+                ax.annotate("", xy=(x, y - 0.3), xytext=(x, y - step + 0.3), arrowprops=dict(arrowstyle="->", lw=0.8))
+    for column, placed in place.items():  # residual paths: from a sublayer's input around it to its sum
+        x, side = centre[column], -1 if column == "encoder" else 1
+        edge = x + side * width / 2
+        for i, (_, kind, _) in enumerate(placed):
+            if kind in ("attention", "feed_forward"):
+                start = placed[i - 1][0] + 0.3 if placed[i - 1][2] != "layer norm" or i < 2 else placed[i - 2][0] + 0.3
+                end = next(yy for yy, k, t in placed[i + 1:] if t.startswith("+ residual"))
+                bend = edge + side * 0.35
+                ax.plot([x, bend, bend], [start + 0.2, start + 0.2, end], color="gray", lw=0.9)
+                ax.annotate("", xy=(edge, end), xytext=(bend, end), arrowprops=dict(arrowstyle="->", color="gray",
+                                                                                   lw=0.9))
+    memory = next(y for y, k, t in place["encoder"] if t.startswith("memory"))
+    crosses = [y for y, k, t in place["decoder"] if ".cross_attention" in t]
+    bus = (centre["encoder"] + centre["decoder"]) / 2
+    ax.plot([centre["encoder"] + width / 2, bus, bus], [memory, memory, max(crosses)], color="navy", lw=1.0)
+    ax.plot([bus, bus], [min(crosses), memory], color="navy", lw=1.0)
+    for y in crosses:
+        ax.annotate("", xy=(centre["decoder"] - width / 2, y), xytext=(bus, y),
+                    arrowprops=dict(arrowstyle="->", color="navy", lw=1.0))
+    ax.text(bus, max(memory, max(crosses)) + 0.45, "keys and values\nfrom the memory", ha="center", fontsize=7,
+            color="navy")
+    for column, title in (("encoder", "encoder"), ("decoder", "decoder")):
+        ax.text(centre[column], (height - 0.2) * step, title, ha="center", fontsize=11, fontweight="bold")
+    ax.set_xlim(-0.2, 11.2)
+    ax.set_ylim(-0.6, height * step + 0.2)
+    ax.axis("off")
+    fig.tight_layout()
+    with atomic_write(output) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    return output
+
+
+def draw_beam_tree(steps, finished, output):
+    """Beam search, step by step, as a tree written to the PNG file output.
+
+    Args:
+      steps: a list per step of the open hypotheses after it, each (piece, log-probability, the row
+        of the hypothesis it extends in the step before (None: the start), on the returned path).
+      finished: the hypotheses that ended with </s>, each (step, the row it extends in the step
+        before, log-probability, length penalty, on the returned path); their score is the
+        log-probability over the penalty.
+    The returned translation's path is drawn in red."""
+    from matplotlib.figure import Figure
+
+    rows = max(len(open_) for open_ in steps)
+    below = {}  # finished hypotheses drawn under the open ones, a row each per step
+    fig = Figure(figsize=(1.05 * (len(steps) + 1) + 0.8, 0.75 * (rows + 2) + 0.6))
+    ax = fig.subplots()
+
+    def node(x, y, text, best):
+        ax.text(x, y, text, ha="center", va="center", fontsize=8, color="firebrick" if best else "black",
+                fontweight="bold" if best else "normal",
+                bbox=dict(boxstyle="round", fc="#fde0dd" if best else "white", ec="firebrick" if best else "gray"))
+
+    def edge(step, parent, y, best):
+        start = (step, 0) if parent is None else (step, -parent)
+        ax.plot([start[0] + 0.3, step + 0.7], [start[1], y], color="firebrick" if best else "gray",
+                linewidth=2.0 if best else 0.8, zorder=0)
+
+    node(0, 0, "<s>", True)
+    for t, open_ in enumerate(steps):
+        for row, (piece, score, parent, best) in enumerate(open_):
+            if piece is None:
+                continue
+            node(t + 1, -row, f"{piece}\n{score:.2f}", best)
+            edge(t, parent, -row, best)
+    for step, parent, score, penalty, best in finished:
+        y = -rows - below.setdefault(step, 0) - 0.2
+        below[step] += 1
+        node(step + 1, y, f"</s>\n{score:.2f} / {penalty:.2f}\n= {score / penalty:.2f}", best)
+        edge(step, parent, y, best)
+    ax.set(xlim=(-0.6, len(steps) + 0.6), ylim=(-rows - max(below.values(), default=0) - 0.5, 0.6))
+    ax.set_title("open hypotheses: piece and log-probability; under them, those ended by </s>: "
+                 "log-probability / length penalty = score", fontsize=9)
+    ax.axis("off")
     fig.tight_layout()
     with atomic_write(output) as tmp:
         fig.savefig(tmp, dpi=90, format="png")

@@ -80,7 +80,7 @@ class Translator:
                                source=source, first_line=first_line)
 
 
-def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False):
+def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False, decoder_self=False):
     """Translate sentence and the attention weights that produced it, decoding as the translator's
     settings say (beam_size, alpha: otherwise).
 
@@ -91,7 +91,8 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
     Returns:
       (source pieces, output pieces (</s> included), translation, maps): maps a list of
       (layer's name, weights (h, Tq, Tk) numpy array, row pieces, column pieces), decoder cross-attention
-      of every layer first, then (with encoder) the encoder self-attention of every layer.
+      of every layer first, then (with encoder) the encoder self-attention of every layer, then (with
+      decoder_self) the decoder self-attention of every layer.
     """
     import numpy as np
     from keras import ops
@@ -117,9 +118,13 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
     source_pieces = [sp.id_to_piece(int(i)) for i in x[0]]
     output_pieces = [sp.id_to_piece(i) for i in out]
     maps = [(f"decoder {i + 1} (over the source)", ops.convert_to_numpy(w)[0], output_pieces, source_pieces)
-            for i, w in enumerate(decoder_weights)]
+            for i, (_, w) in enumerate(decoder_weights)]
     if encoder:
         maps += [(f"encoder {i + 1} (self)", ops.convert_to_numpy(w)[0], source_pieces, source_pieces)
                  for i, w in enumerate(encoder_weights)]
+    if decoder_self:
+        read = ["<s>"] + output_pieces[:-1]  # what the decoder read at each step
+        maps += [(f"decoder {i + 1} (self)", ops.convert_to_numpy(w)[0], output_pieces, read)
+                 for i, (w, _) in enumerate(decoder_weights)]
     translation = data_load.postprocess(sp, ids)[0]
     return source_pieces, output_pieces, translation, maps

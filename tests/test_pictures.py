@@ -69,18 +69,23 @@ def test_training_draws_its_history(quick_start):
 
 def test_attention_maps_are_the_models_weights(quick_start):
     """Every layer and head of the cross-attention: rows sum to 1, one row per output piece, one
-    column per source piece."""
+    column per source piece; the encoder's self-attention; the decoder's, causal."""
     from runs import Translator, attention_maps
     translator = Translator(str(quick_start.log))
-    source, output, translation, maps = attention_maps(translator, "Ein Mann fährt Fahrrad.", encoder=True)
+    source, output, translation, maps = attention_maps(translator, "Ein Mann fährt Fahrrad.", encoder=True,
+                                                       decoder_self=True)
     m = translator.model
-    assert len(maps) == 2 * len(m.decoder_blocks)
+    assert len(maps) == 3 * len(m.decoder_blocks)
     assert source[-1] == "</s>" and translation == translator.translate("Ein Mann fährt Fahrrad.")
     for _, weights, rows, columns in maps:
         assert weights.shape == (m.num_heads, len(rows), len(columns))
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     rows = [len(r) for _, _, r, _ in maps]
-    assert rows == [len(output)] * len(m.decoder_blocks) + [len(source)] * len(m.encoder_blocks)
+    assert rows == [len(output)] * len(m.decoder_blocks) + [len(source)] * len(m.encoder_blocks) + \
+        [len(output)] * len(m.decoder_blocks)
+    for _, weights, rows, columns in maps[-len(m.decoder_blocks):]:
+        assert columns[0] == "<s>" and columns[1:] == rows[:-1]  # what the decoder read at each step
+        assert np.triu(weights, 1).max() == 0.0  # no output piece attended to a later one
 
 
 def test_attention_script_writes_a_png(quick_start, tmp_path):
