@@ -4,6 +4,8 @@ stored outputs and Chinese text are not older than the code and the English text
 import ast
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -45,7 +47,12 @@ def executed(tmp_path_factory):
 @pytest.mark.slow
 def test_the_lesson_runs_and_shows_what_it_says(executed):
     shown = {name: texts(cell) for name, cell in executed.items() if cell.cell_type == "code"}
-    assert sum(pictures for _, pictures in shown.values()) >= 8
+    assert sum(pictures for _, pictures in shown.values()) >= 12
+    assert shown["overview"][1] == 1  # the architecture, drawn from the model
+    forward = shown["forward"][0]
+    assert "the same logits as the whole model: True" in forward
+    assert re.search(r"^logits +\(1, \d+, \d+\)", forward, re.M)
+    assert re.search(r"^decoder_1 +\(1, \d+, 64\)", forward, re.M)
     assert "PE[10]·PE[12] = " in shown["positions"][0]
     leak = shown["leak"][0]
     assert "causal=True   largest change at positions 0-3: 0.000000" in leak
@@ -53,13 +60,50 @@ def test_the_lesson_runs_and_shows_what_it_says(executed):
     scaled, unscaled = (float(x.split()[0]) for x in shown["scaling"][0].split("mean largest weight: ")[1]
                         .split(" divided, "))
     assert unscaled > scaled + 0.2  # the softmax saturates without the division
+    model_lines = [line for line in shown["scaling"][0].splitlines() if line.startswith("the sample model's")]
+    pattern = r"largest weight ([\d.]+), softmax gradient size ([\d.]+)"
+    (divided, gradient_divided), (undivided, gradient_undivided) = (
+        map(float, re.findall(pattern, line)[0]) for line in model_lines)
+    assert undivided > divided and gradient_undivided < gradient_divided  # what its text says of the model's own
     assert "the same tokens: True" in shown["cache"][0]
     greedy = shown["greedy"][0]
     assert greedy.split("greedy:    ")[1].splitlines()[0] == greedy.split("compiled:  ")[1].splitlines()[0]
     beam = shown["beam"][0]
-    assert beam.split("beam search: ")[1].split(" (log-probability")[0] == beam.split("compiled:    ")[1].strip()
+    returned = beam.split("beam search:  ")[1].split(" (log-probability")[0]
+    assert returned == beam.split("compiled:     ")[1].splitlines()[0].strip()
+    assert beam.split("red path:     ")[1].splitlines()[0].strip() == returned  # the path drawn red is the one returned
+    assert beam.count("<- returned") == 1 and shown["beam"][1] == 1
+    assert "(the red circles of the right-hand map)" in shown["inside"][0] and shown["inside"][1] == 2
     assert "epoch 30:" in shown["train"][0] and shown["train"][1] == 1
     assert "--positional none  epoch 15: dev loss" in shown["change"][0]
+    # without positions a permuted source is the same source; with them, some translation changes
+    order = shown["order"][0]
+    assert "--positional none: 0 of 8 translations change when the words are reversed" in order
+    changed = int(re.search(r"with positions \(the preset\): (\d) of 8", order).group(1))
+    assert changed >= 1, order
+    smoothing = shown["smoothing"][0]
+    assert re.search(r"optimal probability 0\.9\d\d; the loss's floor 0\.\d+", smoothing) and shown["smoothing"][1] == 1
+    assert smoothing.count("above 0.99 0.0%") == 2  # none comes near 1, with dropout or without
+
+
+@pytest.mark.slow
+def test_the_first_cell_clones_once_and_runs_again(tmp_path):
+    """The lesson's first cell, outside the repository with REPOSITORY set (here a local path, not
+    the network): it clones, installs the notebook list, imports; run again in the same kernel and
+    in a new one (Colab's restart), it neither clones again nor fails."""
+    nb = make_lesson.read(make_lesson.LESSON)
+    cell = next(c.source for c in nb.cells if c.id == "setup")
+    assert 'REPOSITORY = ""' in cell
+    script = tmp_path / "first_cell.py"
+    script.write_text(cell.replace('REPOSITORY = ""', f"REPOSITORY = {ROOT!r}") + "\n", encoding="utf-8")
+    runs = "import runpy, sys\nfor _ in range(int(sys.argv[1])):\n    runpy.run_path(sys.argv[2])\n"
+    for times in (2, 1):  # twice in one kernel, then once more in a fresh one
+        done = subprocess.run([sys.executable, "-c", runs, str(times), str(script)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env=dict(os.environ, MPLBACKEND="Agg"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("Keras ") == times, done.stdout
+    assert (tmp_path / "transformer" / "modules.py").is_file()
+    assert not (tmp_path / "transformer" / "transformer").exists()  # cloned once, not inside itself
 
 
 def test_the_lesson_defines_none_of_the_projects_layers_or_functions():

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 from conftest import ENGLISH, GERMAN, ROOT, assert_one_line_error, run_script, write_parallel
 
-GROUPS = ("core", "export", "jax", "dev")
+GROUPS = ("core", "export", "jax", "dev", "notebook")
 
 
 def normalised(name):
@@ -55,10 +55,13 @@ def test_setup_refuses_a_group_that_does_not_exist():
     assert run.returncode == 2 and "no requirement group 'everything'" in run.stderr, run.stderr
 
 
-def test_the_lessons_first_cell_installs_the_core():
+def test_the_lessons_first_cell_installs_the_notebook_list_a_part_of_the_core():
     with open(os.path.join(ROOT, "lesson.ipynb"), encoding="utf-8") as f:
         setup = next("".join(c["source"]) for c in json.load(f)["cells"] if c.get("id") == "setup")
-    assert '"-r", "requirements/core.txt"' in setup
+    assert '"-r", "requirements/notebook.txt"' in setup
+    core = {normalised(r.name): r.specifier for r in requirements("core")}
+    for requirement in requirements("notebook"):  # the same ranges as the core's: one set of versions
+        assert core.get(normalised(requirement.name)) == requirement.specifier, requirement
 
 
 def core_only(*args, cwd=ROOT):
