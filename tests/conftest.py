@@ -123,9 +123,10 @@ def copy_batches(seed=0):
 def copy_model():
     """A tiny Transformer trained on the copy task, and the batch maker it learned from.
 
-    Its weights are kept in .test-cache/ under the quick start's digest (quick_start_key: the code,
-    Keras and its backend, the CPU), so a later session of the same code loads them instead of
-    training the same model again; TESTS_FRESH_QUICK_START=1 trains it anew."""
+    Its weights are kept in .test-cache/ under the quick start's digest without the backend
+    (quick_start_key: the code, Keras, the CPU), so a later session of the same code, or the JAX
+    re-run of the tests that use it (decoding on either backend, from the same weights), loads them
+    instead of training the same model again; TESTS_FRESH_QUICK_START=1 trains it anew."""
     import keras
 
     import hyperparams
@@ -137,17 +138,17 @@ def copy_model():
     m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
     batch = copy_batches()
     x, d, y = batch(64 * 250)  # drawn either way: the tests' batches come after these
-    key, backend = quick_start_key(), keras.backend.backend()
-    kept = pathlib.Path(ROOT, ".test-cache", f"copy_model-{backend}-{key}.weights.h5")
+    key = quick_start_key(backend=False)
+    kept = pathlib.Path(ROOT, ".test-cache", f"copy_model-{key}.weights.h5")
     if key is not None and os.environ.get("TESTS_FRESH_QUICK_START") != "1" and kept.exists():
         m.load_weights(kept)
         return m, batch
     m.fit((x, d), y, batch_size=64, epochs=2, verbose=0, shuffle=False)
     if key is not None:
         kept.parent.mkdir(exist_ok=True)
-        part = kept.with_name(f"copy_model-{backend}-{key}.tmp{os.getpid()}.weights.h5")
+        part = kept.with_name(f"copy_model-{key}.tmp{os.getpid()}.weights.h5")
         m.save_weights(part)
-        for older in kept.parent.glob(f"copy_model-{backend}-*.weights.h5"):  # of other code: no use now
+        for older in kept.parent.glob("copy_model-*.weights.h5"):  # of other code: no use now
             if ".tmp" not in older.name and older != kept:
                 older.unlink(missing_ok=True)
         os.replace(part, kept)  # whole or not at all
@@ -199,14 +200,15 @@ class QuickStart(typing.NamedTuple):
         return [run for _, run in self.commands]
 
 
-def quick_start_key():
+def quick_start_key(backend=True):
     """A digest of what the quick start's results depend on: the project's code and sample corpus,
-    the test runner's own files, Keras' version and backend, Python and the CPU's instruction sets."""
+    the test runner's own files, Keras' version and (with backend) its backend, Python and the CPU's
+    instruction sets."""
     import hashlib
     import platform
 
     import keras
-    environment = f"{sys.version} {keras.__version__} {keras.backend.backend()} {platform.machine()}"
+    environment = f"{sys.version} {keras.__version__} {keras.backend.backend() if backend else ''} {platform.machine()}"
     digest = hashlib.sha256(environment.encode())
     listed = subprocess.run(["git", "ls-files", "*.py", "corpora", "README.md", "requirements"], cwd=ROOT,
                             capture_output=True, text=True)

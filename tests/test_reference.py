@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(__import__("importlib").util.find_spec("tf_keras") is None,
                                  reason="tf_keras is not installed (bash setup.sh dev)")]
 # A tiny model: both sides are checked at the same sizes, whatever they are
-SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "40",
-         "--maxlen2", "40"]
+SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "24",
+         "--maxlen2", "24"]
 
 
 def test_same_weights_give_the_same_logits_and_loss(quick_start, tmp_path):
