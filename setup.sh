@@ -18,6 +18,15 @@ done
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# A stamp of what was installed: the same groups at the same pins again install nothing (test.sh
+# runs this before every test run).
+stamp=".venv/.installed-$(cat requirements/*.txt | sha256sum | cut -c1-16)-$(IFS=_; echo "${groups[*]}")"
+keras_version() { .venv/bin/python -c 'from importlib.metadata import version; print(version("keras"))' 2>/dev/null; }
+if [ -f "$stamp" ]; then
+  echo "environment ready (${groups[*]}): $(.venv/bin/python --version), keras $(keras_version), installed already"
+  exit 0
+fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "${args[@]}" -c requirements/lock.txt
-echo "environment ready (${groups[*]}): $(.venv/bin/python --version), keras $(.venv/bin/python -c 'import keras; print(keras.__version__)' 2>/dev/null), $(du -sh .venv | cut -f1) in .venv"
+touch "$stamp"
+echo "environment ready (${groups[*]}): $(.venv/bin/python --version), keras $(keras_version), $(du -sh .venv | cut -f1) in .venv"
