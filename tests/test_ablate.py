@@ -12,8 +12,10 @@ import pytest
 from ablate import verdict, wall_seconds
 from conftest import run_script
 
-# one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from)
-EXTRA = ["--num_epochs", "1", "--tokens_per_batch", "256", "--save_every_steps", "5", "--eval_sentences", "5"]
+# one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
+# block a side (the bookkeeping does not depend on its size)
+EXTRA = ["--num_epochs", "1", "--tokens_per_batch", "256", "--save_every_steps", "5", "--eval_sentences", "5",
+         "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
 
 
 @pytest.mark.slow

@@ -16,8 +16,11 @@ import pytest
 
 from conftest import ROOT, assert_one_line_error, run_script
 
-# 24 steps per epoch on corpora/sample (lengths padded exactly), a mid-epoch checkpoint every 5
-SETTINGS = ["--num_epochs", "2", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256"]
+# 24 steps per epoch on corpora/sample (lengths padded exactly), a mid-epoch checkpoint every 5; a
+# model of one block a side: what these tests check does not depend on its size, and building and
+# tracing it is most of each run's time
+SETTINGS = ["--num_epochs", "2", "--save_every_steps", "5", "--eval_sentences", "5", "--tokens_per_batch", "256",
+            "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
 
 
 @pytest.fixture(scope="module")
