@@ -6,6 +6,8 @@ commit fb023bb (master, 2019-09-24), its train.py unedited, on today's TensorFlo
         --num_heads 4
     python reference.py convert --ckpt log/reference/multi30k/log/1/iwslt2016_E20L2.50-4540 \\
         --prepro_dir prepro/multi30k --logdir log/from_reference
+    python reference.py export --logdir log/from_reference --prepro_dir prepro/multi30k \\
+        --workdir log/to_reference --reference_dir ../kyubyong-transformer
 
 `train` does this:
   - writes the ids of --prepro_dir (prepro.py's, the port's own) in the reference's input format
@@ -21,6 +23,10 @@ multi-bleu.perl line; --evaldir). Its multi-bleu.perl is linked into <workdir>, 
 
 Without --reference_dir the public repository is cloned at that commit into <workdir>/code (git
 and the network needed). The reference's code needs tf_keras (`bash setup.sh dev` installs it).
+
+`export` goes the other way: a port run of the reference's choices (a converted one, or one trained
+with the iwslt2016 preset) becomes a checkpoint of the reference's code, built and saved by that
+code in its own process, which the reference's test.py restores.
 
 `convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
 wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
@@ -121,6 +127,8 @@ def run_reference(code, workdir, script, args):
     return subprocess.run([sys.executable, "-c", LAUNCHER, code, script, *args], cwd=workdir, env=env).returncode
 
 
+# The port's settings whose values the reference's code fixes, beside those of modules.Choices
+FIXED = ("positional", "output_vocab", "share_embeddings", "attention_dropout")
 # The reference's hparams that the port's settings take at the checkpoint's values (the same names)
 SIZES = ("vocab_size", "d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "dropout_rate", "smoothing",
          "lr", "warmup_steps", "num_epochs")
@@ -137,24 +145,22 @@ def port_settings(reference_hparams, prepro_dir, logdir):
                                   for name in SIZES})
 
 
-def weight_pairs(model, tensor):
-    """[(the port's variable, the reference's value)] for every weight of a model built with
-    port_settings; tensor(name) reads one of the reference's variables."""
-    pairs = [(model.embedding.embeddings, tensor("shared_weight_matrix/weight_mat"))]
+def weight_names(model):
+    """[(the port's variable, the name of the reference's)] for every weight of a model built with
+    port_settings. The reference's feed-forward dense kernels (d, f) are the port's kernel-size-1
+    convolutions (1, d, f): the same numbers."""
+    names = [(model.embedding.embeddings, "shared_weight_matrix/weight_mat")]
 
     def attention(mha, scope):  # Q, K, V: dense, dense_1, dense_2 (no W^O in the reference)
         for dense, name in ((mha.query_dense, "dense"), (mha.key_dense, "dense_1"), (mha.value_dense, "dense_2")):
-            pairs.extend([(dense.kernel, tensor(f"{scope}/{name}/kernel")),
-                          (dense.bias, tensor(f"{scope}/{name}/bias"))])
+            names.extend([(dense.kernel, f"{scope}/{name}/kernel"), (dense.bias, f"{scope}/{name}/bias")])
 
     def norm(add_norm, scope):
-        pairs.extend([(add_norm.norm.gamma, tensor(f"{scope}/ln/gamma")),
-                      (add_norm.norm.beta, tensor(f"{scope}/ln/beta"))])
+        names.extend([(add_norm.norm.gamma, f"{scope}/ln/gamma"), (add_norm.norm.beta, f"{scope}/ln/beta")])
 
-    def feed_forward(ffn, scope):  # dense layers (d, f) as kernel-size-1 convolutions (1, d, f)
+    def feed_forward(ffn, scope):
         for conv, name in ((ffn.inner, "dense"), (ffn.outer, "dense_1")):
-            pairs.extend([(conv.kernel, tensor(f"{scope}/{name}/kernel")[None]),
-                          (conv.bias, tensor(f"{scope}/{name}/bias"))])
+            names.extend([(conv.kernel, f"{scope}/{name}/kernel"), (conv.bias, f"{scope}/{name}/bias")])
 
     for i, block in enumerate(model.encoder_blocks):
         scope = f"encoder/num_blocks_{i}"
@@ -170,7 +176,27 @@ def weight_pairs(model, tensor):
             norm(add_norm, f"{scope}/{name}")
         feed_forward(block.feed_forward, f"{scope}/positionwise_feedforward")
         norm(block.feed_forward_norm, f"{scope}/positionwise_feedforward")
-    return pairs
+    return names
+
+
+def weight_pairs(model, tensor):
+    """[(the port's variable, the reference's value, in the variable's shape)] for every weight of
+    a model built with port_settings; tensor(name) reads one of the reference's variables."""
+    import numpy as np
+
+    return [(variable, np.reshape(tensor(name), variable.shape)) for variable, name in weight_names(model)]
+
+
+def matched_names(model):
+    """weight_names(model), after checking that every trainable weight of the model has one: a
+    UserError naming those that have none (a model of other choices than the reference's)."""
+    names = weight_names(model)
+    left = {id(v) for v in model.trainable_weights} - {id(v) for v, _ in names}
+    if left:
+        listed = ", ".join(v.path for v in model.trainable_weights if id(v) in left)
+        raise UserError(f"the port's {listed} have no counterpart in the reference's model (its choices differ "
+                        f"from the reference's: the iwslt2016 preset's)")
+    return names
 
 
 def from_reference(ckpt, prepro_dir, logdir):
@@ -192,16 +218,13 @@ def from_reference(ckpt, prepro_dir, logdir):
         raise UserError(f"--prepro_dir {prepro_dir} has {vocab_size} pieces, the checkpoint {hp.vocab_size}: give the "
                         f"prepro folder the reference trained on")
     model = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels="plain"), vocab_size), hp)
-    pairs = weight_pairs(model, reader.get_tensor)
-    left = {id(v) for v in model.trainable_weights} - {id(v) for v, _ in pairs}
-    if left:  # a weight the reference has no value for: the choices above no longer match it
-        names = ", ".join(v.path for v in model.trainable_weights if id(v) in left)
-        raise UserError(f"cannot convert: the port's {names} have no counterpart in the reference's checkpoint")
-    for variable, value in pairs:
-        if tuple(variable.shape) != value.shape:
+    names = matched_names(model)
+    for variable, name in names:
+        value = reader.get_tensor(name)
+        if tuple(variable.shape) not in (value.shape, (1, *value.shape)):  # (1, d, f): a dense kernel (d, f)
             raise UserError(f"--ckpt {ckpt}: {variable.path} is {tuple(variable.shape)} in the port, "
                             f"{value.shape} there")
-        variable.assign(value)
+        variable.assign(value.reshape(variable.shape))
     if reader.has_tensor("global_step"):
         model.optimizer.iterations.assign(int(reader.get_tensor("global_step")))
     return model, hp
@@ -222,6 +245,39 @@ def convert(ckpt, prepro_dir, logdir):
     step = int(model.optimizer.iterations.numpy())
     print(f"converted {ckpt} (step {step}) -> {path}, settings {os.path.join(logdir, 'hparams.json')}")
     return path
+
+
+def to_reference(model, hp, prepro_dir, code, workdir):
+    """Write model (of port_settings' choices, e.g. a run converted by `convert`, or trained with the
+    iwslt2016 preset) as a checkpoint of the reference's own code: <workdir>/ckpt/port-<step>, with
+    the reference's hparams file beside it (its sizes, and the vocabulary and files write_inputs
+    writes into <workdir>/data). The reference's model is built and saved by its own code
+    (reference_process/save_checkpoint.py, in its process); its prefix."""
+    import numpy as np
+
+    import model as transformer
+
+    reference_choices = {name: getattr(hyperparams.preset("iwslt2016"), name)
+                         for name in (*FIXED, *transformer.CHOICE_FIELDS)}
+    differ = [f"--{name} {getattr(hp, name)} (the reference: {value})" for name, value in reference_choices.items()
+              if getattr(hp, name) != value]
+    if differ:
+        raise UserError(f"the reference's code cannot hold this model: {'; '.join(differ)}")
+    names = matched_names(model)
+    os.makedirs(os.path.join(workdir, "ckpt"), exist_ok=True)
+    weights = os.path.join(workdir, "ckpt", "weights.npz")
+    values = {name: np.asarray(variable) for variable, name in names}
+    np.savez(weights, **{name: value[0] if value.ndim == 3 else value  # (1, d, f) convolutions: dense (d, f)
+                         for name, value in values.items()})
+    step = int(model.optimizer.iterations.numpy()) if model.optimizer is not None else 0
+    prefix = os.path.abspath(os.path.join(workdir, "ckpt", f"port-{step}"))
+    sizes = [f"--{name}={getattr(hp, name)}" for name in SIZES if name != "vocab_size"]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_process", "save_checkpoint.py")
+    files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
+    if run_reference(code, os.path.abspath(workdir), script, [weights, prefix, *files, *sizes,
+                                                             f"--batch_size={hp.batch_sentences}"]) != 0:
+        raise UserError(f"the reference's code could not save the weights (its output above); {workdir} holds them")
+    return prefix
 
 
 def main(argv=None):
@@ -245,7 +301,29 @@ def main(argv=None):
                               "beside it)")
     to_port.add_argument("--prepro_dir", required=True, metavar="PATH", help="the prepro.py folder it was trained on")
     to_port.add_argument("--logdir", required=True, metavar="PATH", help="the run folder to write")
+    to_reference_parser = commands.add_parser("export", help="a port run (of the reference's choices) as a reference "
+                                                             "checkpoint")
+    to_reference_parser.add_argument("--logdir", required=True, metavar="PATH", help="the port's run folder")
+    to_reference_parser.add_argument("--prepro_dir", required=True, metavar="PATH",
+                                     help="the prepro.py folder it was trained on")
+    to_reference_parser.add_argument("--workdir", required=True, metavar="PATH",
+                                     help="where the checkpoint (ckpt/port-<step>) and the reference's data go")
+    to_reference_parser.add_argument("--reference_dir", metavar="PATH",
+                                     help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into "
+                                          f"<workdir>/code)")
     args = parser.parse_args(own)
+    if args.command == "export":
+        import runs
+
+        if rest:
+            parser.error("export takes no arguments after --")
+        hp = dataclasses.replace(hyperparams.load_hparams(args.logdir), logdir=args.logdir, kernels="plain")
+        model, _, ckpt = runs.load_trained(hp)
+        os.makedirs(args.workdir, exist_ok=True)
+        prefix = to_reference(model, hp, args.prepro_dir, reference_code(args.reference_dir, args.workdir),
+                              args.workdir)
+        print(f"{ckpt} -> {prefix} (the reference's test.py restores it: --ckpt {prefix})")
+        return
     if args.command == "convert":
         if rest:
             parser.error("convert takes no arguments after --")

@@ -1,0 +1,38 @@
+"""Run in the reference's own process (reference.LAUNCHER, `tensorflow` being tensorflow.compat.v1),
+by `reference.py export`: the reference's Transformer built by its own code, its variables given
+the values of WEIGHTS.npz (the reference's variable names as keys, written from a port run), saved
+by its own tf.train.Saver as PREFIX, with the reference's hparams file beside it.
+
+    python -c reference.LAUNCHER <reference dir> reference_process/save_checkpoint.py WEIGHTS.npz PREFIX <its hparams>
+
+Only the model's weights: the reference's test.py restores them; its train.py would start its
+optimizer's state anew.
+"""
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf  # tensorflow.compat.v1 here
+from hparams import Hparams  # the reference's own modules
+from model import Transformer
+from utils import save_hparams
+
+weights, prefix = sys.argv[1], sys.argv[2]
+hp = Hparams().parser.parse_args(sys.argv[3:])
+save_hparams(hp, os.path.dirname(prefix))
+x, d, y = (tf.placeholder(tf.int32, (None, None)) for _ in range(3))
+n = tf.shape(x)[0]
+xs = (x, tf.reduce_sum(tf.to_int32(tf.not_equal(x, 0)), 1), tf.fill([n], ""))
+ys = (d, y, tf.reduce_sum(tf.to_int32(tf.not_equal(y, 0)), 1), tf.fill([n], ""))
+m = Transformer(hp)
+memory, _, src_masks = m.encode(xs, training=False)  # builds every variable the reference's model has
+m.decode(ys, memory, src_masks, training=False)
+with np.load(weights) as values, tf.Session() as sess:
+    variables = tf.global_variables()
+    missing = sorted(set(v.op.name for v in variables) ^ set(values.files))
+    if missing:
+        sys.exit(f"error: {weights}: the reference's model and the weights given differ in: {', '.join(missing)}")
+    for variable in variables:
+        variable.load(values[variable.op.name], sess)
+    tf.train.Saver().save(sess, prefix)
+print(f"saved {prefix} ({len(variables)} variables)")
