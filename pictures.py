@@ -6,6 +6,7 @@ is chosen or switched (a notebook that imports these keeps its own).
 """
 import json
 import math
+import typing
 
 from utils import UserError, atomic_write
 
@@ -156,9 +157,20 @@ BOX_COLOURS = {"attention": "#fcd9b0", "feed_forward": "#c9dcf0", "norm": "#f5f2
                "position": "#e4e4e4", "output": "#d7ead3", "data": "white"}
 
 
+class Box(typing.NamedTuple):
+    column: str
+    kind: str
+    text: str
+    mask: str | None = None
+    roles: tuple = ()
+
+
 def architecture(model):
-    """The boxes of the model as it was built, bottom to top: (column, kind, text, mask or None),
-    column "encoder" or "decoder"; residual sums are the boxes of kind "norm" (AddNorm)."""
+    """The boxes of the model as it was built, bottom to top, each a Box: column "encoder" or
+    "decoder", kind (its colour), text, mask (where an attention's mask enters, or None), roles: what
+    the drawing connects to it ("residual from": a residual path leaves at this box's input,
+    "residual to": it is added back here, "memory": the encoder's output, "keys from memory": a
+    cross-attention)."""
     def sublayers(block):
         named = [("self_attention", "self_attention_norm")]
         named += [("cross_attention", "cross_attention_norm")] if block.has_cross_attention else []
@@ -169,9 +181,9 @@ def architecture(model):
     boxes = []
     for column, t, blocks in (("encoder", "T1", model.encoder_blocks), ("decoder", "T2", model.decoder_blocks)):
         ids = "source ids" if column == "encoder" else "target ids, shifted right (<s> first)"
-        boxes.append((column, "data", f"{ids}  (N, {t})", None))
-        boxes.append((column, "embedding", f"embedding ({shared}) × √d_model  (N, {t}, {d})", None))
-        boxes.append((column, "position", f"+ positional encoding: {positions}", None))
+        boxes.append(Box(column, "data", f"{ids}  (N, {t})"))
+        boxes.append(Box(column, "embedding", f"embedding ({shared}) × √d_model  (N, {t}, {d})"))
+        boxes.append(Box(column, "position", f"+ positional encoding: {positions}"))
         for block in blocks:
             for sublayer, norm in sublayers(block):
                 add_norm = getattr(block, norm)
@@ -183,21 +195,22 @@ def architecture(model):
                             else "mask: causal + target padding",
                             "cross_attention": "mask: source padding"}[sublayer]
                 kind = "attention" if sublayer != "feed_forward" else "feed_forward"
+                cross = ("keys from memory",) if sublayer == "cross_attention" else ()
                 if add_norm.position == "pre":
-                    boxes.append((column, "norm", "layer norm", None))
-                    boxes.append((column, kind, text, mask))
-                    boxes.append((column, "norm", "+ residual", None))
+                    boxes.append(Box(column, "norm", "layer norm", None, ("residual from",)))
+                    boxes.append(Box(column, kind, text, mask, cross))
+                    boxes.append(Box(column, "norm", "+ residual", None, ("residual to",)))
                 else:
-                    boxes.append((column, kind, text, mask))
-                    boxes.append((column, "norm", "+ residual, layer norm", None))
+                    boxes.append(Box(column, kind, text, mask, ("residual from", *cross)))
+                    boxes.append(Box(column, "norm", "+ residual, layer norm", None, ("residual to",)))
         if column == "encoder":
             if model.encoder_norm is not None:
-                boxes.append((column, "norm", "layer norm", None))
-            boxes.append((column, "data", f"memory: the encoder's output  (N, T1, {d})", None))
+                boxes.append(Box(column, "norm", "layer norm"))
+            boxes.append(Box(column, "data", f"memory: the encoder's output  (N, T1, {d})", None, ("memory",)))
     if model.decoder_norm is not None:
-        boxes.append(("decoder", "norm", "layer norm", None))
-    boxes.append(("decoder", "output", f"linear: embedding matrixᵀ → logits  (N, T2, {model.output_size})", None))
-    boxes.append(("decoder", "output", "softmax: P(next token)", None))
+        boxes.append(Box("decoder", "norm", "layer norm"))
+    boxes.append(Box("decoder", "output", f"linear: embedding matrixᵀ → logits  (N, T2, {model.output_size})"))
+    boxes.append(Box("decoder", "output", "softmax: P(next token)"))
     return boxes
 
 
@@ -210,37 +223,38 @@ def draw_architecture(model, output):
     from matplotlib.patches import FancyBboxPatch
 
     boxes = architecture(model)
-    rows = {c: [b for b in boxes if b[0] == c] for c in ("encoder", "decoder")}
+    rows = {c: [b for b in boxes if b.column == c] for c in ("encoder", "decoder")}
     height = max(len(r) for r in rows.values())
     centre, width, step = {"encoder": 2.6, "decoder": 8.4}, 4.4, 1.0
     fig = Figure(figsize=(9.5, 0.5 * height + 0.8))
     ax = fig.subplots()
-    place = {}
+    place = {}  # column: [(y, box)]
     for column, column_boxes in rows.items():
         x = centre[column]
-        for row, (_, kind, text, mask) in enumerate(column_boxes):
+        for row, box in enumerate(column_boxes):
             y = row * step
-            place.setdefault(column, []).append((y, kind, text))
+            place.setdefault(column, []).append((y, box))
             ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.02",
-                                        fc=BOX_COLOURS[kind], ec="black", lw=0.8))
-            ax.text(x, y + (0.12 if mask else 0.0), text, ha="center", va="center", fontsize=8)
-            if mask:  # where the attention's mask enters
-                ax.text(x, y - 0.16, mask, ha="center", va="center", fontsize=7, style="italic", color="firebrick")
+                                        fc=BOX_COLOURS[box.kind], ec="black", lw=0.8))
+            ax.text(x, y + (0.12 if box.mask else 0.0), box.text, ha="center", va="center", fontsize=8)
+            if box.mask:  # where the attention's mask enters
+                ax.text(x, y - 0.16, box.mask, ha="center", va="center", fontsize=7, style="italic",
+                        color="firebrick")
             if row:
                 ax.annotate("", xy=(x, y - 0.3), xytext=(x, y - step + 0.3), arrowprops=dict(arrowstyle="->", lw=0.8))
     for column, placed in place.items():  # residual paths: from a sublayer's input around it to its sum
         x, side = centre[column], -1 if column == "encoder" else 1
         edge = x + side * width / 2
-        for i, (_, kind, _) in enumerate(placed):
-            if kind in ("attention", "feed_forward"):
-                start = placed[i - 1][0] + 0.3 if placed[i - 1][2] != "layer norm" or i < 2 else placed[i - 2][0] + 0.3
-                end = next(yy for yy, k, t in placed[i + 1:] if t.startswith("+ residual"))
+        for i, (y, box) in enumerate(placed):
+            if "residual from" in box.roles:
+                start = y - step + 0.3  # the arrow into this box
+                end = next(yy for yy, later in placed[i + 1:] if "residual to" in later.roles)
                 bend = edge + side * 0.35
                 ax.plot([x, bend, bend], [start + 0.2, start + 0.2, end], color="gray", lw=0.9)
                 ax.annotate("", xy=(edge, end), xytext=(bend, end), arrowprops=dict(arrowstyle="->", color="gray",
                                                                                    lw=0.9))
-    memory = next(y for y, k, t in place["encoder"] if t.startswith("memory"))
-    crosses = [y for y, k, t in place["decoder"] if ".cross_attention" in t]
+    memory = next(y for y, box in place["encoder"] if "memory" in box.roles)
+    crosses = [y for y, box in place["decoder"] if "keys from memory" in box.roles]
     bus = (centre["encoder"] + centre["decoder"]) / 2
     ax.plot([centre["encoder"] + width / 2, bus, bus], [memory, memory, max(crosses)], color="navy", lw=1.0)
     ax.plot([bus, bus], [min(crosses), memory], color="navy", lw=1.0)

@@ -117,3 +117,30 @@ def test_an_ablation_bar_far_beyond_the_others_is_cut_with_its_value_written(tmp
     assert -5 < left < -2 and 2 <= right < 5  # the small bars fill the axis
     assert [t.get_text() for t in ax.texts] == ["-38.1 (bar cut)"]
     assert (tmp_path / "a.png").read_bytes().startswith(PNG)
+
+
+def test_the_architecture_pairs_every_residual_and_feeds_every_cross_attention(tmp_path):
+    """architecture(model): each sublayer's residual path leaves below it and is added back above it,
+    in post- and pre-norm alike; the memory feeds one cross-attention per decoder block; and the
+    picture is drawn."""
+    import dataclasses
+
+    import hyperparams
+    import model as transformer
+    import pictures
+
+    for norm in ("post", "pre"):
+        hp = dataclasses.replace(hyperparams.preset("sample"), norm=norm, num_blocks=2)
+        boxes = pictures.architecture(transformer.make_model(hp, vocab_size=30))
+        for column, sublayers in (("encoder", 2 * 2), ("decoder", 3 * 2)):
+            roles = [box.roles for box in boxes if box.column == column]
+            ends = ["residual from" if "residual from" in r else "residual to" for r in roles
+                    if {"residual from", "residual to"} & set(r)]
+            assert ends == ["residual from", "residual to"] * sublayers, (norm, column, ends)
+            kinds = [box.kind for box in boxes if box.column == column]
+            assert kinds.count("attention") + kinds.count("feed_forward") == sublayers
+        crosses = [box for box in boxes if "keys from memory" in box.roles]
+        assert len(crosses) == 2 and all(".cross_attention" in box.text for box in crosses)
+        assert [box.column for box in boxes if "memory" in box.roles] == ["encoder"]
+        assert pictures.draw_architecture(transformer.make_model(hp, vocab_size=30), tmp_path / f"{norm}.png")
+        assert (tmp_path / f"{norm}.png").stat().st_size > 10000
