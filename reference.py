@@ -8,6 +8,8 @@ commit fb023bb (master, 2019-09-24), its train.py unedited, on today's TensorFlo
         --prepro_dir prepro/multi30k --logdir log/from_reference
     python reference.py export --logdir log/from_reference --prepro_dir prepro/multi30k \\
         --workdir log/to_reference --reference_dir ../kyubyong-transformer
+    python reference.py check --prepro_dir prepro/sample --workdir log/reference/check \\
+        --reference_dir ../kyubyong-transformer
 
 `train` does this:
   - writes the ids of --prepro_dir (prepro.py's, the port's own) in the reference's input format
@@ -28,6 +30,10 @@ and the network needed). The reference's code needs tf_keras (`bash setup.sh dev
 with the iwslt2016 preset) becomes a checkpoint of the reference's code, built and saved by that
 code in its own process, which the reference's test.py restores.
 
+`check` is the equality report, in a minute or two: the reference's code and the port, from the
+same random weights at a tiny size, give the same logits, the same losses and weights over five
+training steps, the same greedy translations, and the same BLEU (check() says how each is compared).
+
 `convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
 wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
 reference's 2019 code) at the checkpoint's sizes, its weights in ckpt/ as an epoch checkpoint, and
@@ -43,6 +49,7 @@ import os
 import re
 import subprocess
 import sys
+import typing
 
 import checkpoints
 import data_load
@@ -70,10 +77,10 @@ tf.disable_v2_behavior()
 tf.layers.dense, tf.layers.dropout  # load tf_keras's TensorFlow 1 layers before tensorflow is replaced
 tf.contrib = types.SimpleNamespace(layers=types.SimpleNamespace(xavier_initializer=tf.glorot_uniform_initializer))
 sys.modules["tensorflow"] = tf
-code, script = sys.argv[1], sys.argv[2]
-sys.path.insert(0, code)
-sys.argv = [os.path.join(code, script)] + sys.argv[3:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+code, script = sys.argv[1], os.path.join(sys.argv[1], sys.argv[2])  # one of the reference's, or a path
+sys.path[:0] = [code, os.path.dirname(script)]  # the reference's modules first, then those beside the script
+sys.argv = [script] + sys.argv[3:]
+runpy.run_path(script, run_name="__main__")
 """
 FILES = ("train.py", "model.py", "modules.py", "data_load.py", "utils.py", "hparams.py", "multi-bleu.perl")
 
@@ -280,6 +287,148 @@ def to_reference(model, hp, prepro_dir, code, workdir):
     return prefix
 
 
+def greedy_differences(theirs, model, hp, prepro_dir):
+    """The reference's dev translations (theirs: the lines its test.py or train.py wrote, as its
+    utils.postprocess writes them) against the port's uncached greedy decoding of dev with model:
+    (lines compared, lines that differ, lines left out). The reference's argmax may choose <pad> or
+    <s>, which the port's never does: its lines holding one are left out."""
+    import numpy as np
+
+    import decoding
+    sp = data_load.load_vocab(prepro_dir)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    dev, _ = data_load.load_split(prepro_dir, "dev")
+    ours = decoding.greedy_decode(model, data_load.encoder_inputs(dev, multiple=1), max_len=hp.maxlen2, cached=False)
+    compared = differ = 0
+    for line, row in zip(theirs[:len(dev)], np.asarray(ours)):
+        if "<pad>" not in line and "<s>" not in line:
+            compared += 1
+            differ += "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip() != line.strip()
+    return compared, differ, len(dev) - compared
+
+
+# The check's model: tiny (the equalities do not depend on the size), every length the sample's
+CHECK_SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "24",
+               "--maxlen2", "24"]
+# Its training: dropout off, and a peak learning rate of 0.01 at step 3, so that each step moves the
+# weights by about 0.01, far beyond the tolerance
+CHECK_TRAINING = ["--dropout_rate", "0", "--lr", "0.01", "--warmup_steps", "3"]
+TOLERANCE = 1e-5  # float32, for logits, losses and weights
+
+
+class Row(typing.NamedTuple):
+    """One line of the check's report: what was compared, the figure, the bound it must be within
+    (None: a figure reported, not bounded), and whether it is."""
+    what: str
+    figure: float
+    bound: float = None
+    ok: bool = True
+
+    def line(self):
+        bound = "" if self.bound is None else f" (at most {self.bound:g})"
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.what}: {self.figure:.3g}{bound}"
+
+
+def within(what, figure, bound):
+    return Row(what, float(figure), bound, bool(figure <= bound))
+
+
+def check(code, prepro_dir, workdir, steps=5, sentences=8):
+    """The port computes the reference's numbers: the reference's own code (code, run in its process)
+    and the port (from_reference) from the same random weights, at a tiny size, on prepro_dir's
+    data; the rows of the report (Row), every one ok when they agree.
+
+    1. Logits: the first batch's, in inference mode, at every target position that is not padding.
+    2. Training: `steps` steps of each side's own training (the reference's train(): its loss,
+       noam_scheme, tf.train.AdamOptimizer; the port: the iwslt2016 preset's loss, schedule and Adam,
+       compiled by from_reference) on the same batches of `sentences` pairs, dropout off: each
+       step's loss, and every weight after each step. The attention's key biases are reported
+       apart: q . b_k is the same for every key, so the softmax ignores them and their true
+       gradient is 0; Adam turns each engine's rounding noise into tiny steps of its own.
+    3. Greedy decoding: the trained weights, written as the reference's checkpoint (to_reference),
+       restored by its own test.py, which translates dev: its lines and the port's uncached greedy
+       decoding of dev, line by line. The reference's argmax may choose <pad> or <s>, which the
+       port's never does: those lines are left out (counted).
+    4. BLEU: the reference's multi-bleu.perl and the port's "reference's way" (scoring.bleu_scores)
+       on dev's references and the same sentences with a fifth of their words dropped."""
+    import numpy as np
+    from keras import ops
+
+    from scoring import bleu_scores
+
+    workdir = os.path.abspath(workdir)
+    files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
+    src, tgt = data_load.load_split(prepro_dir, "train")
+    if len(src) < steps * sentences:
+        raise UserError(f"--prepro_dir {prepro_dir}: {len(src)} training pairs, the check needs {steps * sentences}")
+    batches = [data_load.training_arrays(src[i:i + sentences], tgt[i:i + sentences], multiple=1)
+               for i in range(0, steps * sentences, sentences)]
+    np.savez(os.path.join(workdir, "batches.npz"), **{f"{k}{i}": a for i, ((x, d), y) in enumerate(batches)
+                                                      for k, a in (("x", x), ("d", d), ("y", y))})
+    logdir, out = os.path.join(workdir, "reference"), os.path.join(workdir, "reference.npz")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_process", "check.py")
+    if run_reference(code, workdir, script, [os.path.join(workdir, "batches.npz"), out, *files, *CHECK_SIZES,
+                                             *CHECK_TRAINING, "--logdir", logdir]) != 0:
+        raise UserError("the reference's code stopped (its output above)")
+    want = np.load(out)
+    model, hp = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port"))
+
+    (x, d), y = batches[0]
+    logits = ops.convert_to_numpy(model((x, d), training=False))  # (N, T2, V)
+    real = y != 0
+    rows = [within("logits of the first batch at real target positions, largest difference",
+                   np.abs(logits[real] - want["0:logits"][real]).max(), TOLERANCE)]
+    names = weight_names(model)
+    before = [np.array(variable) for variable, _ in names]
+    key_biases = 0.0
+    for k, ((x, d), y) in enumerate(batches, 1):
+        loss = float(model.train_on_batch((x, d), y))
+        rows.append(within(f"step {k}: the loss, difference", abs(loss - float(want[f"{k}:loss"])), TOLERANCE))
+        largest = 0.0
+        for variable, value in weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]):
+            if variable.path.endswith("key/bias"):
+                key_biases = max(key_biases, np.abs(np.array(variable)).max(), np.abs(value).max())
+            else:
+                largest = max(largest, np.abs(np.array(variable) - value).max())
+        rows.append(within(f"step {k}: every weight but the key biases, largest difference", largest, TOLERANCE))
+    rows.append(within("the attention's key biases (true gradient 0), largest value on either side", key_biases, 1e-3))
+    moved = max(np.abs(np.array(variable) - b).max() for (variable, _), b in zip(names, before))
+    rows.append(Row("the steps moved the weights by (largest change)", float(moved)))
+
+    prefix = to_reference(model, hp, prepro_dir, code, os.path.join(workdir, "export"))
+    given = dict(zip(files[::2], files[1::2]))
+    test_dir = os.path.join(workdir, "export", "test")
+    if run_reference(code, os.path.join(workdir, "export"), "test.py",
+                     ["--test1", given["--eval1"], "--test2", given["--eval3"], "--vocab", given["--vocab"],
+                      "--vocab_size", given["--vocab_size"], *CHECK_SIZES, "--ckpt", prefix,
+                      "--testdir", test_dir]) != 0:
+        raise UserError("the reference's test.py stopped (its output above)")
+    (written,) = [name for name in os.listdir(test_dir) if name.startswith(os.path.basename(prefix))]
+    with open(os.path.join(test_dir, written), encoding="utf-8") as f:
+        theirs = f.read().splitlines()
+    compared, differ, left_out = greedy_differences(theirs, model, hp, prepro_dir)
+    rows.append(within(f"greedy translations of dev: lines that differ, of the {compared} compared "
+                       f"({left_out} left out, where its argmax chose <pad> or <s>)", differ, 0))
+    rows[-1] = rows[-1]._replace(ok=rows[-1].ok and compared >= left_out)
+
+    references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
+    rng = np.random.default_rng(0)
+    hypotheses = [" ".join(w for w in line.split() if rng.random() > 0.2) for line in references]
+    with open(os.path.join(workdir, "dropped.txt"), "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in hypotheses)
+    with open(os.path.join(workdir, "dropped.txt"), encoding="utf-8") as hyp:
+        perl = subprocess.run(["perl", os.path.join(code, "multi-bleu.perl"), given["--eval3"]], stdin=hyp,
+                              capture_output=True, text=True)
+    if perl.returncode != 0 or "BLEU = " not in perl.stdout:
+        raise UserError(f"the reference's multi-bleu.perl failed: {perl.stderr.strip()[-500:]}")
+    theirs_bleu = float(perl.stdout.split("BLEU = ")[1].split(",")[0])
+    ours_bleu = bleu_scores(hypotheses, references)
+    rows.append(within(f"BLEU, multi-bleu.perl ({theirs_bleu:.2f}) and the reference's way, difference",
+                       abs(ours_bleu["reference"] - theirs_bleu), 0.01))
+    rows[-1] = rows[-1]._replace(ok=rows[-1].ok and ours_bleu["reference_report"] == perl.stdout.strip())
+    return rows
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -311,7 +460,26 @@ def main(argv=None):
     to_reference_parser.add_argument("--reference_dir", metavar="PATH",
                                      help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into "
                                           f"<workdir>/code)")
+    checker = commands.add_parser("check", help="the equality report: the reference's code and the port from the "
+                                                "same random weights compute the same numbers (a minute or two)")
+    checker.add_argument("--prepro_dir", required=True, metavar="PATH",
+                         help="prepro.py's output whose data the check uses (e.g. the sample's)")
+    checker.add_argument("--workdir", required=True, metavar="PATH", help="where its files go")
+    checker.add_argument("--reference_dir", metavar="PATH",
+                         help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
     args = parser.parse_args(own)
+    if args.command == "check":
+        if rest:
+            parser.error("check takes no arguments after --")
+        os.makedirs(args.workdir, exist_ok=True)
+        rows = check(reference_code(args.reference_dir, args.workdir), args.prepro_dir, args.workdir)
+        print(f"\nThe reference's code (commit {COMMIT[:7]}) and the port, the same weights in:")
+        for row in rows:
+            print(row.line())
+        failed = [row for row in rows if not row.ok]
+        print(f"{len(rows) - len(failed)} of {len(rows)} agree" + (": the port computes the reference's numbers"
+                                                                    if not failed else ""))
+        return 1 if failed else 0
     if args.command == "export":
         import runs
 
@@ -340,4 +508,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(run_cli(main))

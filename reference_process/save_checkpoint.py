@@ -14,16 +14,14 @@ import sys
 import numpy as np
 import tensorflow as tf  # tensorflow.compat.v1 here
 from hparams import Hparams  # the reference's own modules
+from inputs import placeholders  # beside this file
 from model import Transformer
 from utils import save_hparams
 
 weights, prefix = sys.argv[1], sys.argv[2]
 hp = Hparams().parser.parse_args(sys.argv[3:])
 save_hparams(hp, os.path.dirname(prefix))
-x, d, y = (tf.placeholder(tf.int32, (None, None)) for _ in range(3))
-n = tf.shape(x)[0]
-xs = (x, tf.reduce_sum(tf.to_int32(tf.not_equal(x, 0)), 1), tf.fill([n], ""))
-ys = (d, y, tf.reduce_sum(tf.to_int32(tf.not_equal(y, 0)), 1), tf.fill([n], ""))
+(x, d, y), xs, ys = placeholders()
 m = Transformer(hp)
 memory, _, src_masks = m.encode(xs, training=False)  # builds every variable the reference's model has
 m.decode(ys, memory, src_masks, training=False)
