@@ -10,6 +10,8 @@ commit fb023bb (master, 2019-09-24), its train.py unedited, on today's TensorFlo
         --workdir log/to_reference --reference_dir ../kyubyong-transformer
     python reference.py check --prepro_dir prepro/sample --workdir log/reference/check \\
         --reference_dir ../kyubyong-transformer
+    python reference.py curves --prepro_dir prepro/multi30k --workdir log/reference/curves \\
+        --reference_dir ../kyubyong-transformer -- --warmup_steps 1000
 
 `train` does this:
   - writes the ids of --prepro_dir (prepro.py's, the port's own) in the reference's input format
@@ -33,6 +35,11 @@ code in its own process, which the reference's test.py restores.
 `check` is the equality report, in a minute or two: the reference's code and the port, from the
 same random weights at a tiny size, give the same logits, the same losses and weights over five
 training steps, the same greedy translations, and the same BLEU (check() says how each is compared).
+
+`curves` trains the reference's train.py and the port's multi30k_reference preset side by side
+(two runs a side by default, hours on a CPU) and draws their training loss and dev BLEU by epoch
+in one picture, with a table and a verdict (reference_history reads the reference's own summaries
+and translation files).
 
 `convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
 wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
@@ -150,6 +157,23 @@ def port_settings(reference_hparams, prepro_dir, logdir):
                                batch_sentences=int(reference_hparams["batch_size"]),
                                **{name: type(getattr(hyperparams.Hparams(), name))(reference_hparams[name])
                                   for name in SIZES})
+
+
+def reference_args(hp):
+    """The reference's hparams.py arguments for the port's settings hp: its sizes (SIZES, but the
+    vocabulary's, which write_inputs gives) and its batch of sentences."""
+    return [f"--{name}={getattr(hp, name)}" for name in SIZES if name != "vocab_size"] + [
+        f"--batch_size={hp.batch_sentences}"]
+
+
+def train_reference(code, files, workdir, args):
+    """Run the reference's train.py in workdir on the files write_inputs wrote, with args after them."""
+    os.makedirs(workdir, exist_ok=True)
+    print(f"the reference's train.py ({code}) in {workdir}, with: {' '.join(files + args)}", flush=True)
+    status = run_reference(code, os.path.abspath(workdir), "train.py",
+                           [os.path.abspath(a) if os.path.isfile(a) else a for a in files] + args)
+    if status != 0:
+        raise UserError(f"the reference's train.py stopped with exit status {status} (its output above)")
 
 
 def weight_names(model):
@@ -278,11 +302,9 @@ def to_reference(model, hp, prepro_dir, code, workdir):
                          for name, value in values.items()})
     step = int(model.optimizer.iterations.numpy()) if model.optimizer is not None else 0
     prefix = os.path.abspath(os.path.join(workdir, "ckpt", f"port-{step}"))
-    sizes = [f"--{name}={getattr(hp, name)}" for name in SIZES if name != "vocab_size"]
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_process", "save_checkpoint.py")
     files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
-    if run_reference(code, os.path.abspath(workdir), script, [weights, prefix, *files, *sizes,
-                                                             f"--batch_size={hp.batch_sentences}"]) != 0:
+    if run_reference(code, os.path.abspath(workdir), script, [weights, prefix, *files, *reference_args(hp)]) != 0:
         raise UserError(f"the reference's code could not save the weights (its output above); {workdir} holds them")
     return prefix
 
@@ -429,6 +451,147 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     return rows
 
 
+CURVES_PRESET = "multi30k_reference"  # the reference's choices at Multi30k's size
+
+
+def reference_history(run_dir, prepro_dir):
+    """The epochs of a run of the reference's train.py in run_dir (its log/1 and eval/1), as the
+    port's history.jsonl holds them: train_loss, the mean of the loss its summaries recorded at
+    each step of the epoch (with dropout, as it trained); dev_bleu and dev_bleu_reference, its dev
+    translation file scored by the project's scoring (sacreBLEU, and the reference's way);
+    multi_bleu, the figure its own multi-bleu.perl appended to the file (None where it printed none)."""
+    import glob
+    import math
+
+    import tensorflow as tf
+
+    from scoring import bleu_scores
+    with open(os.path.join(run_dir, "log", "1", "hparams"), encoding="utf-8") as f:
+        settings = json.load(f)
+    with open(settings["train1"], encoding="utf-8") as f:
+        per_epoch = math.ceil(sum(1 for _ in f) / settings["batch_size"])  # its calc_num_batches
+    losses = {}
+    for events in sorted(glob.glob(os.path.join(run_dir, "log", "1", "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(events):
+            losses.update((event.step, v.simple_value) for v in event.summary.value if v.tag == "loss")
+    references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
+    history = []
+    for epoch in range(1, settings["num_epochs"] + 1):
+        written = glob.glob(os.path.join(run_dir, "eval", "1", f"iwslt2016_E{epoch:02d}L*"))
+        if not written:
+            break
+        with open(written[0], encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        hypotheses, report = lines[:len(references)], "\n".join(lines[len(references):])
+        scores = bleu_scores(hypotheses, references)
+        found = re.search(r"BLEU = ([\d.]+)", report)
+        steps = [losses[step] for step in range((epoch - 1) * per_epoch + 1, epoch * per_epoch + 1) if step in losses]
+        history.append(dict(epoch=epoch, train_loss=sum(steps) / len(steps) if steps else None,
+                            dev_bleu=scores["sacrebleu"], dev_bleu_reference=scores["reference"],
+                            multi_bleu=float(found.group(1)) if found else None))
+    return history
+
+
+def curves_table(reference_runs, port_runs):
+    """Markdown: per epoch the mean over each side's runs of the training loss and dev BLEU both
+    ways, then the last epoch's figures run by run, and the verdict: each metric's means, spreads
+    (largest minus smallest run) and the difference, and what that many runs a side can show."""
+    import statistics
+
+    def mean(runs, epoch, key):
+        values = [h[epoch - 1][key] for h in runs if len(h) >= epoch and h[epoch - 1].get(key) is not None]
+        return f"{statistics.mean(values):.2f}" if values else ""
+
+    epochs = max(len(h) for h in reference_runs + port_runs)
+    lines = ["| epoch | train loss, reference | train loss, port | dev BLEU (sacreBLEU), reference | "
+             "dev BLEU (sacreBLEU), port | dev BLEU (the reference's way), reference | "
+             "dev BLEU (the reference's way), port |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for epoch in range(1, epochs + 1):
+        lines.append(f"| {epoch} | " + " | ".join(mean(runs, epoch, key) for key in ("train_loss", "dev_bleu",
+                                                                                     "dev_bleu_reference")
+                                                    for runs in (reference_runs, port_runs)) + " |")
+    lines += ["", "The last epoch, run by run (its multi-bleu.perl's own figure beside the reference's):", "",
+              "| run | epochs | dev BLEU (sacreBLEU) | dev BLEU (the reference's way) | multi-bleu.perl |",
+              "|---|---:|---:|---:|---:|"]
+    for side, runs in (("reference run", reference_runs), ("port seed", port_runs)):
+        for number, history in enumerate(runs, 1):
+            last = history[-1] if history else {}
+            multi = last.get("multi_bleu")
+            lines.append(f"| {side} {number} | {len(history)} | {last.get('dev_bleu', float('nan')):.2f} | "
+                         f"{last.get('dev_bleu_reference', float('nan')):.2f} | "
+                         f"{'' if multi is None else f'{multi:.2f}'} |")
+    verdicts = []
+    for key, metric in (("dev_bleu", "sacreBLEU"), ("dev_bleu_reference", "the reference's way")):
+        finals = [[h[-1][key] for h in runs if h] for runs in (reference_runs, port_runs)]
+        if not all(finals):
+            continue
+        (ref, port), spread = (statistics.mean(f) for f in finals), max(max(f) - min(f) for f in finals)
+        verdicts.append(f"{metric}: the reference {ref:.2f} (runs {', '.join(f'{v:.2f}' for v in finals[0])}), the "
+                        f"port {port:.2f} (seeds {', '.join(f'{v:.2f}' for v in finals[1])}), a difference of "
+                        f"{port - ref:+.2f} against runs that differ among themselves by up to {spread:.2f}")
+    runs = min(len(reference_runs), len(port_runs))
+    lines += ["", "Dev BLEU at the last epoch, " + "; ".join(verdicts) + ". " +
+              (f"With {runs} runs a side, a difference within the runs' own spread cannot be told from the "
+               f"variation between runs, and a larger one is a sign, not a measured effect: it would take more runs "
+               f"to put an interval on it." if runs > 1 else
+               "One run a side: nothing here can be told from the variation between runs.")]
+    return "\n".join(lines) + "\n"
+
+
+def curves(code, prepro_dir, workdir, runs, args):
+    """The reference's unedited train.py and the port's CURVES_PRESET, `runs` runs a side on
+    prepro_dir's ids, args going to both (e.g. --warmup_steps 1000): <workdir>/reference/run<N>
+    and <workdir>/port/seed<N>, then <workdir>/curves.png (every run's training loss and dev BLEU by
+    epoch, pictures.plot_runs) and <workdir>/curves.md (curves_table). Finished runs are not run
+    again, and a stopped one resumes (each side resumes from its newest checkpoint)."""
+    import pictures
+
+    hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
+    files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
+    reference_runs, port_runs = [], []
+    for number in range(1, runs + 1):
+        run_dir = os.path.join(workdir, "reference", f"run{number}")
+        history = reference_history(run_dir, prepro_dir) if os.path.exists(os.path.join(run_dir, "log", "1",
+                                                                                        "hparams")) else []
+        wanted = epochs_in(args, hp.num_epochs)
+        if len(history) < wanted:
+            train_reference(code, files, run_dir, [*reference_args(hp), *args])
+            history = reference_history(run_dir, prepro_dir)
+        reference_runs.append(history)
+        logdir = os.path.join(workdir, "port", f"seed{number}")
+        saved = os.path.join(logdir, "history.jsonl")
+        if not os.path.exists(saved) or len(pictures.read_history(saved)) < wanted:
+            command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
+                       "--preset", CURVES_PRESET, "--prepro_dir", prepro_dir, "--logdir", logdir, "--seed", str(number),
+                       *args]
+            print(" ".join(command), flush=True)
+            if subprocess.run(command).returncode != 0:
+                raise UserError(f"train.py stopped for {logdir} (its output above)")
+        port_runs.append(pictures.read_history(saved))
+    compared = ("epoch", "train_loss", "dev_bleu", "dev_bleu_reference")  # what both sides measure
+    named = [(f"{side} {n}", [{key: e.get(key) for key in compared} for e in history])
+             for side, runs in (("reference run", reference_runs), ("port seed", port_runs))
+             for n, history in enumerate(runs, 1)]
+    pictures.plot_runs(named, os.path.join(workdir, "curves.png"))
+    table = curves_table(reference_runs, port_runs)
+    with open(os.path.join(workdir, "curves.md"), "w", encoding="utf-8") as f:
+        f.write(f"# The reference's code (commit {COMMIT[:7]}, 2019-09-24) beside the port's {CURVES_PRESET}\n\n"
+                f"Both trained on {prepro_dir}; settings given to both: {' '.join(args) or 'none'}.\n\n" + table)
+    print(table, end="")
+    print(f"wrote {os.path.join(workdir, 'curves.png')} and {os.path.join(workdir, 'curves.md')}")
+
+
+def epochs_in(args, default):
+    """The --num_epochs among args (the last one given wins, as in argparse), else default."""
+    value = default
+    for i, arg in enumerate(args):
+        if arg == "--num_epochs" and i + 1 < len(args):
+            value = int(args[i + 1])
+        elif arg.startswith("--num_epochs="):
+            value = int(arg.split("=", 1)[1])
+    return value
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -467,7 +630,24 @@ def main(argv=None):
     checker.add_argument("--workdir", required=True, metavar="PATH", help="where its files go")
     checker.add_argument("--reference_dir", metavar="PATH",
                          help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
+    curves_parser = commands.add_parser(
+        "curves", help=f"the reference's train.py and the port's --preset {CURVES_PRESET}, the same runs a side, "
+                       f"their curves in one picture and table (hours)",
+        epilog=f"Arguments after -- go to both sides' training (settings both take: e.g. --warmup_steps 1000); "
+               f"the reference gets the {CURVES_PRESET} preset's sizes and batch of sentences. Stopped, it "
+               f"starts again where it was: finished runs are kept, and each side resumes from its newest "
+               f"checkpoint.")
+    curves_parser.add_argument("--prepro_dir", required=True, metavar="PATH",
+                               help="prepro.py's output to train on (the preset's: prepro/multi30k)")
+    curves_parser.add_argument("--workdir", required=True, metavar="PATH",
+                               help="where the runs (reference/run<N>, port/seed<N>), curves.png and curves.md go")
+    curves_parser.add_argument("--runs", type=int, default=2, metavar="N", help="runs a side (default 2)")
+    curves_parser.add_argument("--reference_dir", metavar="PATH",
+                               help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into "
+                                    f"<workdir>/code)")
     args = parser.parse_args(own)
+    if args.command == "curves" and args.runs < 1:
+        parser.error("--runs must be at least 1")
     if args.command == "check":
         if rest:
             parser.error("check takes no arguments after --")
@@ -499,12 +679,10 @@ def main(argv=None):
         return
     os.makedirs(args.workdir, exist_ok=True)
     code = reference_code(args.reference_dir, args.workdir)
-    files = write_inputs(args.prepro_dir, os.path.join(args.workdir, "data"))
-    print(f"the reference's train.py ({code}) in {args.workdir}, with: {' '.join(files + rest)}", flush=True)
-    status = run_reference(code, os.path.abspath(args.workdir), "train.py",
-                           [os.path.abspath(a) if os.path.isfile(a) else a for a in files] + rest)
-    if status != 0:
-        raise UserError(f"the reference's train.py stopped with exit status {status} (its output above)")
+    if args.command == "curves":
+        curves(code, args.prepro_dir, args.workdir, args.runs, rest)
+        return
+    train_reference(code, write_inputs(args.prepro_dir, os.path.join(args.workdir, "data")), args.workdir, rest)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,9 @@ INLINE_NOT_RUN = [
     ("docs/ablations.md", r"python ablate.py --preset multi30k( --report)?( --output docs/ablations.md)?$",
      "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
     ("docs/ablations.md", r"python plot.py <", "has a placeholder for the reference's runs (outside the project)"),
+    ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
+     "four trainings at the multi30k_reference size (hours); tests/test_reference.py runs the same command at test "
+     "size (one epoch of a tiny model a run)"),
     ("*", r"bash demo\.sh$", SKIPPED["bash demo.sh"]),
     ("*", r"bash setup\.sh", SKIPPED["bash setup.sh"]),
     ("docs/using.md", r"\.venv/bin/tensorboard --logdir",

@@ -12,13 +12,21 @@ import reference
 from conftest import ROOT, run_script
 
 CODE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "kyubyong-transformer-fb023bb")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.isfile(os.path.join(CODE, "train.py")),
-                                 reason=f"the reference's files are not at {CODE}"),
-              pytest.mark.skipif(__import__("importlib").util.find_spec("tf_keras") is None,
-                                 reason="tf_keras is not installed (bash setup.sh dev)")]
 
 
+def runs_the_reference(test):
+    """The marks of a test that runs the reference's code: slow, and skipped, with the reason,
+    where its files or tf_keras are missing."""
+    for mark in (pytest.mark.slow,
+                 pytest.mark.skipif(not os.path.isfile(os.path.join(CODE, "train.py")),
+                                    reason=f"the reference's files are not at {CODE}"),
+                 pytest.mark.skipif(__import__("importlib").util.find_spec("tf_keras") is None,
+                                    reason="tf_keras is not installed (bash setup.sh dev)")):
+        test = mark(test)
+    return test
+
+
+@runs_the_reference
 def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
     """reference.py check: the reference's own code and the port from the same random weights agree
     on the logits (1e-5), on the loss and every weight after each of five training steps with each
@@ -37,6 +45,24 @@ def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
     assert int(compared.group(1)) >= int(compared.group(2)), report
 
 
+def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
+    """curves_table on made-up runs: the per-epoch means, the last epoch run by run, and a verdict
+    with each side's mean, its runs' figures and the largest spread, in both metrics."""
+    def run(losses, bleus, multi=None):
+        return [dict(epoch=e, train_loss=loss, dev_bleu=bleu, dev_bleu_reference=bleu - 3, multi_bleu=multi)
+                for e, (loss, bleu) in enumerate(zip(losses, bleus), 1)]
+
+    table = reference.curves_table([run([5.0, 4.0], [10.0, 20.0], 17.0), run([5.2, 4.2], [11.0, 21.0], 18.0)],
+                                   [run([5.1, 4.1], [10.0, 23.0]), run([5.3, 4.3], [12.0, 24.0])])
+    assert "| 1 | 5.10 | 5.20 | 10.50 | 11.00 | 7.50 | 8.00 |" in table
+    assert "| 2 | 4.10 | 4.20 | 20.50 | 23.50 | 17.50 | 20.50 |" in table
+    assert "| reference run 2 | 2 | 21.00 | 18.00 | 18.00 |" in table
+    assert "| port seed 1 | 2 | 23.00 | 20.00 |  |" in table  # no multi-bleu.perl on the port's side
+    assert ("sacreBLEU: the reference 20.50 (runs 20.00, 21.00), the port 23.50 (seeds 23.00, 24.00), a difference of "
+            "+3.00 against runs that differ among themselves by up to 1.00") in table
+    assert "With 2 runs a side" in table
+
+
 def test_a_failed_comparison_is_reported_and_fails_the_check():
     """A row beyond its bound is printed FAIL and not ok (the check exits 1 on one)."""
     assert not reference.within("x", 2e-5, reference.TOLERANCE).ok
@@ -44,21 +70,34 @@ def test_a_failed_comparison_is_reported_and_fails_the_check():
     assert reference.within("x", 0.0, reference.TOLERANCE).line().startswith("ok   x: 0")
 
 
-def test_the_reference_trains_as_published_and_its_checkpoint_serves_the_port(quick_start, tmp_path):
-    """reference.py train runs the reference's own train.py (one epoch, tiny): it writes its dev
-    translations and a checkpoint; converted, the checkpoint decodes dev greedily to the reference's
-    own translations, and translate.py (beam 4) and export.py take the converted run."""
+@runs_the_reference
+def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_serves_the_port(quick_start, tmp_path):
+    """reference.py curves runs the reference's own train.py and the port's multi30k_reference (one
+    run a side, one epoch, tiny): the reference writes its dev translations, summaries and a
+    checkpoint; the table and the picture hold both runs; a second call trains nothing. Converted,
+    the reference's checkpoint decodes dev greedily to the reference's own translations, and
+    translate.py (beam 4) and export.py take the converted run."""
     prepro, work = str(quick_start.prepro), tmp_path / "work"
-    run = run_script("reference.py", "train", "--reference_dir", CODE, "--prepro_dir", prepro, "--workdir", str(work),
-                     "--", "--num_epochs", "1", "--batch_size", "64", "--lr", "0.003", "--warmup_steps", "4",
-                     *reference.CHECK_SIZES, timeout=900)
+    command = ["reference.py", "curves", "--reference_dir", CODE, "--prepro_dir", prepro, "--workdir", str(work),
+               "--runs", "1", "--", "--num_epochs", "1", "--lr", "0.003", "--warmup_steps", "4", *reference.CHECK_SIZES]
+    run = run_script(*command, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    (translations,) = (work / "eval" / "1").iterdir()
+    table = (work / "curves.md").read_text(encoding="utf-8")
+    first = next(line for line in table.splitlines() if line.startswith("| 1 |"))
+    assert len([cell for cell in first.split("|")[2:-1] if cell.strip()]) == 6, table  # both sides, three figures
+    assert table.count("| reference run ") == 1 and table.count("| port seed ") == 1, table
+    assert "sacreBLEU: the reference " in table and "One run a side" in table and "commit fb023bb" in table
+    assert (work / "curves.png").stat().st_size > 10000
+    again = run_script(*command, timeout=900)
+    assert again.returncode == 0 and "train.py" not in again.stdout, again.stdout[-2000:]  # nothing trained
+
+    run_dir = work / "reference" / "run1"
+    (translations,) = (run_dir / "eval" / "1").iterdir()
     theirs = translations.read_text(encoding="utf-8").splitlines()
     # its own multi-bleu.perl ran, unless every translation has fewer than 4 words: it then divides by
-    # zero (its 4-gram count) and prints nothing, which a model this small trained for 8 steps can hit
+    # zero (its 4-gram count) and prints nothing, which a model this small trained for 4 steps can hit
     assert theirs[-1].startswith("BLEU = ") or max(len(line.split()) for line in theirs) < 4, theirs[-3:]
-    prefix = next(p for p in (work / "log" / "1").glob("*.index")).with_suffix("")
+    prefix = next(p for p in (run_dir / "log" / "1").glob("*.index")).with_suffix("")
     logdir = tmp_path / "converted"
     run = run_script("reference.py", "convert", "--ckpt", str(prefix), "--prepro_dir", prepro, "--logdir", str(logdir))
     assert run.returncode == 0, run.stderr[-3000:]
