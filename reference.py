@@ -472,7 +472,12 @@ def reference_history(run_dir, prepro_dir):
         per_epoch = math.ceil(sum(1 for _ in f) / settings["batch_size"])  # its calc_num_batches
     losses = {}
     for events in sorted(glob.glob(os.path.join(run_dir, "log", "1", "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(events):
+        records = tf.compat.v1.train.summary_iterator(events)
+        while True:
+            try:
+                event = next(records)
+            except (StopIteration, tf.errors.DataLossError):  # the end, or a last record cut short
+                break  # (a run stopped, or still writing)
             losses.update((event.step, v.simple_value) for v in event.summary.value if v.tag == "loss")
     references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
     history = []

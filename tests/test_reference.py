@@ -1,6 +1,7 @@
 """The port computes the reference's numbers: Kyubyong Park's own code (commit fb023bb), run unedited
 by reference.py in a process of its own, against the port given the same weights (converted by
 reference.py convert). Skipped, with the reason, where the reference's files or tf_keras are missing."""
+import json
 import os
 import re
 import subprocess
@@ -61,6 +62,40 @@ def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
     assert ("sacreBLEU: the reference 20.50 (runs 20.00, 21.00), the port 23.50 (seeds 23.00, 24.00), a difference of "
             "+3.00 against runs that differ among themselves by up to 1.00") in table
     assert "With 2 runs a side" in table
+
+
+def test_a_reference_run_is_read_from_its_own_summaries_and_translation_files(quick_start, tmp_path):
+    """reference_history: each epoch's training loss is the mean of the per-step losses of its
+    summaries (a last record cut short, as a run stopped or still writing leaves it, ends the file),
+    its dev BLEU the translation file's, scored both ways, beside the multi-bleu.perl line appended to it."""
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+
+    import data_load
+    run = tmp_path / "run"
+    (run / "log" / "1").mkdir(parents=True)
+    (run / "eval" / "1").mkdir(parents=True)
+    (tmp_path / "train.bpe").write_text("x\n" * 10)  # 10 pairs in batches of 4: 3 steps an epoch
+    (run / "log" / "1" / "hparams").write_text(json.dumps(dict(train1=str(tmp_path / "train.bpe"), batch_size=4,
+                                                              num_epochs=3)))
+    events = run / "log" / "1" / "events.out.tfevents.1.host"
+    with tf.io.TFRecordWriter(str(events)) as writer:
+        for step, loss in enumerate([9.0, 8.0, 7.0, 6.0, 5.0, 1.0], 1):
+            event = event_pb2.Event(step=step)
+            event.summary.value.add(tag="loss", simple_value=loss)
+            event.summary.value.add(tag="lr", simple_value=0.1)
+            writer.write(event.SerializeToString())
+    events.write_bytes(events.read_bytes()[:-3])  # step 6's record cut short
+    references = data_load.load_text(str(quick_start.prepro), "dev", "en")
+    (run / "eval" / "1" / "iwslt2016_E01L8.00B100.00").write_text("\n".join(references) + "\nBLEU = 100.00, "
+                                                                  "100.0/100.0/100.0/100.0 (BP=1.000, ration=1.000)\n")
+    (run / "eval" / "1" / "iwslt2016_E02L6.00").write_text("\n".join(references[:1] + ["x"] * 49) + "\n")
+    history = reference.reference_history(str(run), str(quick_start.prepro))
+    assert [e["epoch"] for e in history] == [1, 2]  # no file for epoch 3
+    assert history[0]["train_loss"] == 8.0 and history[1]["train_loss"] == 5.5  # steps 4 and 5 read
+    assert history[0]["multi_bleu"] == 100.0 and abs(history[0]["dev_bleu"] - 100) < 1e-9
+    assert abs(history[0]["dev_bleu_reference"] - 100) < 1e-9
+    assert history[1]["dev_bleu"] < 10 and history[1]["multi_bleu"] is None  # no line appended
 
 
 def test_a_failed_comparison_is_reported_and_fails_the_check():
