@@ -553,12 +553,12 @@ def curves(code, prepro_dir, workdir, runs, args):
 
     hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
     files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
+    wanted = epochs_in(args, hp.num_epochs)  # a run with this many epochs is finished
     reference_runs, port_runs = [], []
     for number in range(1, runs + 1):
         run_dir = os.path.join(workdir, "reference", f"run{number}")
-        history = reference_history(run_dir, prepro_dir) if os.path.exists(os.path.join(run_dir, "log", "1",
-                                                                                        "hparams")) else []
-        wanted = epochs_in(args, hp.num_epochs)
+        started = os.path.exists(os.path.join(run_dir, "log", "1", "hparams"))
+        history = reference_history(run_dir, prepro_dir) if started else []
         if len(history) < wanted:
             train_reference(code, files, run_dir, [*reference_args(hp), *args])
             history = reference_history(run_dir, prepro_dir)
