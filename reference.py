@@ -436,11 +436,8 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
     rng = np.random.default_rng(0)
     hypotheses = [" ".join(w for w in line.split() if rng.random() > 0.2) for line in references]
-    with open(os.path.join(workdir, "dropped.txt"), "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in hypotheses)
-    with open(os.path.join(workdir, "dropped.txt"), encoding="utf-8") as hyp:
-        perl = subprocess.run(["perl", os.path.join(code, "multi-bleu.perl"), given["--eval3"]], stdin=hyp,
-                              capture_output=True, text=True)
+    perl = subprocess.run(["perl", os.path.join(code, "multi-bleu.perl"), given["--eval3"]],
+                          input="".join(line + "\n" for line in hypotheses), capture_output=True, text=True)
     if perl.returncode != 0 or "BLEU = " not in perl.stdout:
         raise UserError(f"the reference's multi-bleu.perl failed: {perl.stderr.strip()[-500:]}")
     theirs_bleu = float(perl.stdout.split("BLEU = ")[1].split(",")[0])
@@ -597,6 +594,11 @@ def epochs_in(args, default):
     return value
 
 
+def reference_dir_option(parser):
+    parser.add_argument("--reference_dir", metavar="PATH",
+                        help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -607,8 +609,7 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="run the reference's train.py on prepro.py's ids",
                                 epilog="Arguments after -- go to the reference's train.py (its hparams.py lists them).")
-    train.add_argument("--reference_dir", metavar="PATH",
-                       help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
+    reference_dir_option(train)
     train.add_argument("--prepro_dir", required=True, metavar="PATH", help="prepro.py's output to train on")
     train.add_argument("--workdir", required=True, metavar="PATH",
                        help="where the reference runs: its data/, log/1/ and eval/1/ go there")
@@ -625,16 +626,13 @@ def main(argv=None):
                                      help="the prepro.py folder it was trained on")
     to_reference_parser.add_argument("--workdir", required=True, metavar="PATH",
                                      help="where the checkpoint (ckpt/port-<step>) and the reference's data go")
-    to_reference_parser.add_argument("--reference_dir", metavar="PATH",
-                                     help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into "
-                                          f"<workdir>/code)")
+    reference_dir_option(to_reference_parser)
     checker = commands.add_parser("check", help="the equality report: the reference's code and the port from the "
                                                 "same random weights compute the same numbers (a minute or two)")
     checker.add_argument("--prepro_dir", required=True, metavar="PATH",
                          help="prepro.py's output whose data the check uses (e.g. the sample's)")
     checker.add_argument("--workdir", required=True, metavar="PATH", help="where its files go")
-    checker.add_argument("--reference_dir", metavar="PATH",
-                         help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into <workdir>/code)")
+    reference_dir_option(checker)
     curves_parser = commands.add_parser(
         "curves", help=f"the reference's train.py and the port's --preset {CURVES_PRESET}, the same runs a side, "
                        f"their curves in one picture and table (hours)",
@@ -647,9 +645,7 @@ def main(argv=None):
     curves_parser.add_argument("--workdir", required=True, metavar="PATH",
                                help="where the runs (reference/run<N>, port/seed<N>), curves.png and curves.md go")
     curves_parser.add_argument("--runs", type=int, default=2, metavar="N", help="runs a side (default 2)")
-    curves_parser.add_argument("--reference_dir", metavar="PATH",
-                               help=f"a clone of {REPOSITORY} at commit {COMMIT[:7]} (default: cloned into "
-                                    f"<workdir>/code)")
+    reference_dir_option(curves_parser)
     args = parser.parse_args(own)
     if args.command == "curves" and args.runs < 1:
         parser.error("--runs must be at least 1")
