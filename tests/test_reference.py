@@ -142,7 +142,8 @@ def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_se
     assert differ == 0 and compared >= left_out, (compared, differ, left_out)
     translated = subprocess.run([sys.executable, "translate.py", "--logdir", str(logdir), "--beam_size", "4"], cwd=ROOT,
                                 input="Ein Mann fährt Fahrrad.\n", capture_output=True, text=True, timeout=300)
-    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr[-3000:]
+    # one line out for the line in; it may be empty: a model trained for 4 steps can put </s> first
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1, translated.stderr[-3000:]
     exported = run_script("export.py", "--logdir", str(logdir), "--format", "ctranslate2",
                           "--output", str(tmp_path / "ct2"))
     assert exported.returncode == 0, exported.stderr[-3000:]
