@@ -1,7 +1,7 @@
 """Pictures a person reads: how a training run went (loss, dev BLEU, learning rate per epoch; several
 runs in one picture to compare them) and what a model attends to (runs.attention_maps), as PNG
 files. plot.py and attention.py are their command lines; train.py redraws <logdir>/history.png
-after every epoch. Figures are drawn on matplotlib's Figure, not through pyplot, so that no backend
+as epochs end. Figures are drawn on matplotlib's Figure, not through pyplot, so that no backend
 is chosen or switched (a notebook that imports these keeps its own).
 """
 import json
