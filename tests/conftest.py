@@ -15,11 +15,14 @@ import pytest
 import script_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# For the tests' processes on the JAX backend (tests/test_backends.py, the documents' JAX commands):
-# XLA compiles their tiny models with its LLVM optimisations off. Compiling, not running, is most of
-# their time (test_backends.py took a quarter less), and what the tests check, the results of the
-# project's code, does not depend on how well the machine code is optimised.
-XLA_FLAGS = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
+# For this process and every process the tests start: XLA compiles with its LLVM optimisations
+# off (TensorFlow's decoding loops, every step on JAX). On the tests' tiny models compiling, not
+# running, is most of that time (about a quarter less of it), and what the tests check, the results
+# of the project's code, does not depend on how well the machine code is optimised.
+XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+if "--xla_backend_optimization_level" not in XLA_FLAGS:  # (this file may be imported twice)
+    XLA_FLAGS = f"{XLA_FLAGS} --xla_backend_optimization_level=0".strip()
+os.environ["XLA_FLAGS"] = XLA_FLAGS  # before TensorFlow or JAX is imported: XLA reads it once
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -21,8 +21,8 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
 - a command that the pages repeat word for word runs once (Checkout.run_command);
 - the environment adds `TF_CPP_MIN_LOG_LEVEL=2` (TensorFlow's C++ log below errors, as every
   script sets when it starts) and `XLA_FLAGS=--xla_backend_optimization_level=0`
-  (conftest.XLA_FLAGS): only the commands on the JAX backend use XLA, and on the tiny models
-  compiling is most of their time.
+  (conftest.XLA_FLAGS, as for every process of the tests): on the tiny models, compiling
+  TensorFlow's decoding loops and every step on JAX is most of that time.
 
 What is not run, and why, one command at a time: SKIPPED (by the command's first words), blocks
 under an "Archive" heading (the code of their own commit, which is the rule that heading states),
