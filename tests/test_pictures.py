@@ -64,7 +64,10 @@ def test_plot_draws_several_runs_in_one_picture(tmp_path, monkeypatch):
 def test_training_draws_its_history(quick_start):
     runs = quick_start.runs
     assert runs[1].returncode == 0, runs[1].stderr[-2000:]
-    assert (quick_start.log / "history.png").read_bytes().startswith(PNG)
+    picture, history = quick_start.log / "history.png", quick_start.log / "history.jsonl"
+    assert picture.read_bytes().startswith(PNG)
+    # drawn after the last epoch's line (its drawings between are at most every REDRAW_SECONDS)
+    assert picture.stat().st_mtime_ns >= history.stat().st_mtime_ns
 
 
 def test_attention_maps_are_the_models_weights(quick_start):
