@@ -20,9 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # running, is most of that time (about a quarter less of it), and what the tests check, the results
 # of the project's code, does not depend on how well the machine code is optimised.
 XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
-if "--xla_backend_optimization_level" not in XLA_FLAGS:  # (this file may be imported twice)
+if "--xla_backend_optimization_level" not in XLA_FLAGS:  # not again in a pytest started by the tests
     XLA_FLAGS = f"{XLA_FLAGS} --xla_backend_optimization_level=0".strip()
-os.environ["XLA_FLAGS"] = XLA_FLAGS  # before TensorFlow or JAX is imported: XLA reads it once
+os.environ["XLA_FLAGS"] = XLA_FLAGS  # before TensorFlow or JAX is imported (XLA reads it once); inherited
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

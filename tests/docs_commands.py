@@ -38,7 +38,7 @@ import shlex
 import subprocess
 import sys
 
-from conftest import XLA_FLAGS, run_script
+from conftest import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", "PORTING.md", *sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
@@ -294,7 +294,7 @@ class Checkout:
         return self
 
     def run_command(self, block, command):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=XLA_FLAGS)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")  # XLA_FLAGS: conftest's
         if block.language == "python":
             argv, shown = [sys.executable, "-c", command], f"the Python block at {block.id}"
         else:

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT, XLA_FLAGS
+from conftest import ROOT
 
 pytest.importorskip("jax")
 
 
 def run(*args, timeout=900, **env):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, XLA_FLAGS=XLA_FLAGS, **env))
+                          env=dict(os.environ, **env))
 
 
 def marked_tests(path):
@@ -58,6 +58,6 @@ def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
             assert "BLEU test sacreBLEU = " in done.stdout
     done = subprocess.run([sys.executable, *no_tf, "translate.py", *common], cwd=ROOT,
                           input="Ein Mann fährt Fahrrad.\n\n", capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=XLA_FLAGS))
+                          env=dict(os.environ, KERAS_BACKEND="jax"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(done.stdout.splitlines()) == 2  # one line out per line in, the empty one kept
