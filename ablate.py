@@ -31,11 +31,10 @@ import subprocess
 import sys
 
 import data_load
-import devices
 import hyperparams
 from pictures import plot_ablations, read_history
 from scoring import paired_bootstrap, read_hypotheses
-from utils import UserError, atomic_write, run_cli
+from utils import UserError, atomic_write, cpu_has_bfloat16, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -250,7 +249,7 @@ def machine():
                     family = value.strip()
     except OSError:
         pass
-    bf16 = "with" if devices.cpu_has_bfloat16() else "without"
+    bf16 = "with" if cpu_has_bfloat16() else "without"
     return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions)"
 
 

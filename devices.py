@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 
-from utils import UserError, import_keras
+from utils import UserError, cpu_has_bfloat16, import_keras
 
 keras = import_keras()  # the first import of Keras in train.py and the benches: quietly
 
@@ -71,26 +71,6 @@ def compute_capability():
         return tuple(int(x) for x in str(getattr(found[0], "compute_capability", "0.0")).split("."))
     import torch
     return tuple(torch.cuda.get_device_capability(0))
-
-
-def cpu_flags(path="/proc/cpuinfo"):
-    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
-
-
-def cpu_has_bfloat16(flags=None):
-    """Whether the CPU has bfloat16 matmul instructions. flags: the CPU's flags (default: cpu_flags())."""
-    return bool((cpu_flags() if flags is None else flags) & BF16_CPU_FLAGS)
 
 
 def precision(hp, flags=None):

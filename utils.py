@@ -1,4 +1,5 @@
-"""Helpers every script shares: the user-facing error, the CLI runner, atomic writes, logging.
+"""Helpers every script shares: the user-facing error, the CLI runner, atomic writes, logging, the
+CPU's instruction sets.
 
 The reference's utils.py held postprocess, save/load_hparams and calc_bleu; in the port those live
 in data_load.py (decoding ids to text), hyperparams.py (settings) and eval.py (BLEU).
@@ -49,6 +50,26 @@ def startup_lines_caught():
             kept = [line for line in dict.fromkeys(lines) if line.strip() and not STARTUP_NOISE.fullmatch(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
+
+
+def cpu_has_bfloat16(flags=None):
+    """Whether the CPU has bfloat16 matmul instructions. flags: the CPU's flags (default: cpu_flags())."""
+    return bool((cpu_flags() if flags is None else flags) & BF16_CPU_FLAGS)
 
 
 _devices_probed = False  # by import_keras, in this process

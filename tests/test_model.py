@@ -11,7 +11,7 @@ import hyperparams
 import model as transformer
 from conftest import copy_batches
 from data_load import BOS, EOS, PAD
-from utils import UserError
+from utils import UserError, cpu_flags
 
 
 def tiny(**kw):
@@ -144,8 +144,8 @@ def test_auto_precision_is_bfloat16_only_on_a_cpu_with_bfloat16_instructions(tmp
     assert devices.precision(hyperparams.Hparams(precision="float32"), flags={"avx512_bf16"}) == "float32"
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 avx2\n\nprocessor\t: 1\n")
-    assert devices.cpu_flags(str(cpuinfo)) == {"fpu", "sse", "avx512_bf16", "avx2"}
-    assert devices.cpu_flags(str(tmp_path / "missing")) == set()
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "sse", "avx512_bf16", "avx2"}
+    assert cpu_flags(str(tmp_path / "missing")) == set()
 
 
 @pytest.mark.slow
