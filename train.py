@@ -340,7 +340,9 @@ def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
             dataset = data_load.tf_dataset(lambda: train.batches(rest), len(rest))
         else:  # NumPy batches: no TensorFlow needed
             dataset = train.batches(rest)
-        model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
+        # the number of steps given: Keras cannot know a generator's length, and warns that the input
+        # ran out of data when it ends
+        model.fit(dataset, steps_per_epoch=len(rest), epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
                   callbacks=[c for c in (guard, step_scalars_callback(out.logdir, guard), progress) if c])
     fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
     if guard.nonfinite:

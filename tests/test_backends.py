@@ -1,8 +1,8 @@
 """The JAX backend: the tests marked `jax` (every layer test, and the model and decoding tests of
 code that differs between backends: saving, mixed precision, the optimizer's settings, compiled
 decoding loops, beam search, a changed layer reaching every decoding path) run again under
-KERAS_BACKEND=jax, and prepro -> train -> eval -> translate run on the sample corpus with
-TensorFlow made unimportable (the GPU machines have JAX but no TensorFlow)."""
+KERAS_BACKEND=jax, and prepro -> train -> eval -> translate run on the sample corpus (one epoch of a
+tiny model) with TensorFlow made unimportable (the GPU machines have JAX but no TensorFlow)."""
 import os
 import re
 import subprocess
@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from docs_commands import TINY_MODEL
 
 pytest.importorskip("jax")
 
@@ -48,12 +49,13 @@ def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
     prepro_dir, logdir = str(tmp_path / "prepro"), str(tmp_path / "log")
     common = ["--prepro_dir", prepro_dir, "--logdir", logdir]
     no_tf = [os.path.join("tests", "without.py"), "tensorflow"]
-    for args in (["prepro.py"], ["train.py", "--num_epochs", "1", "--eval_sentences", "5"], ["eval.py"]):
+    for args in (["prepro.py"], ["train.py", "--num_epochs", "1", "--eval_sentences", "5", *TINY_MODEL], ["eval.py"]):
         done = run(*no_tf, *args, *(common[:2] if args[0] == "prepro.py" else common), KERAS_BACKEND="jax")
         assert done.returncode == 0, f"{args[0]}: " + done.stdout[-2000:] + done.stderr[-3000:]
         if args[0] == "train.py":
             assert "backend jax" in done.stdout and "XLA on" in done.stdout, done.stdout[-2000:]
             assert "epoch 1: train loss" in done.stdout
+            assert "ran out of data" not in done.stderr, done.stderr[-2000:]  # Keras told the epoch's length
         if args[0] == "eval.py":
             assert "BLEU test sacreBLEU = " in done.stdout
     done = subprocess.run([sys.executable, *no_tf, "translate.py", *common], cwd=ROOT,
