@@ -189,7 +189,7 @@ def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeyp
     search of width 1 is that greedy decoding; beam search of width 4 returns the same ids with
     either kernels, each scored as the changed model scores it (teacher forcing)."""
     x, _, _ = copy_model[1](40)
-    unchanged = decoding.greedy_decode(transformer.rebuild(copy_model[0], "plain"), x, cached=False)
+    unchanged = decoding.greedy_decode(transformer.rebuild(copy_model[0], "plain"), x)
     add_another_residual(monkeypatch)
     plain, fast = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "fast"))
     want = decoding.greedy_decode(plain, x, cached=False)
