@@ -1,4 +1,6 @@
-"""Shared fixtures: the project root on sys.path, small corpora written by the tests themselves."""
+"""Shared fixtures: the project root on sys.path, small corpora written by the tests themselves;
+the order in which the two test processes take the test files."""
+import collections
 import contextlib
 import fcntl
 import json
@@ -26,6 +28,24 @@ os.environ["XLA_FLAGS"] = XLA_FLAGS  # before TensorFlow or JAX is imported (XLA
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# pytest-xdist gives each test process whole files (--dist loadfile), in the order of the collection:
+# the files that take longest go first, so that the two processes end together instead of one
+# finishing a long file alone. The slow tier's per-file times on a 2-core CPU, longest first
+# (docs/speed.md); files not listed follow, those with the most tests first (xdist's own order).
+LONGEST_FIRST = ["test_docs_commands.py", "test_backends.py", "test_lesson.py", "test_distributed.py",
+                 "test_reference.py", "test_export.py", "test_train.py", "test_decoding.py", "test_logdir.py",
+                 "test_bench.py", "test_switches.py", "test_ablate.py", "test_translate.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    counts = collections.Counter(item.path.name for item in items)
+
+    def rank(item):
+        name = item.path.name
+        return (LONGEST_FIRST.index(name), 0) if name in LONGEST_FIRST else (len(LONGEST_FIRST), -counts[name])
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
 
 GERMAN = ["Ein Mann fährt Fahrrad.", "Die Frau liest ein Buch.", "Das Kind spielt im Park.",
           "Zwei Hunde laufen am Strand.", "Ein Mädchen trinkt Wasser.", "Der Lehrer öffnet das Fenster."]
