@@ -31,8 +31,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # pytest-xdist gives each test process whole files (--dist loadfile), in the order of the collection:
 # the files that take longest go first, so that the two processes end together instead of one
-# finishing a long file alone. The slow tier's per-file times on a 2-core CPU, longest first
-# (docs/speed.md); files not listed follow, those with the most tests first (xdist's own order).
+# finishing a long file alone. Ordered by the slow tier's time per file on a 2-core CPU (pytest
+# --durations=0, summed by file); files not listed follow, those with the most tests first (xdist's
+# own order).
 LONGEST_FIRST = ["test_docs_commands.py", "test_backends.py", "test_lesson.py", "test_distributed.py",
                  "test_reference.py", "test_export.py", "test_train.py", "test_decoding.py", "test_logdir.py",
                  "test_bench.py", "test_switches.py", "test_ablate.py", "test_translate.py"]
