@@ -151,8 +151,9 @@ def iwslt_like(vocab_size, seed, pairs=IWSLT_PAIRS, maxlen=100):
     rng = np.random.default_rng(seed)
     src_lens = np.clip(np.round(rng.gamma(2.2, 23 / 2.2, pairs)), 1, maxlen - 1).astype(int)
     tgt_lens = np.clip(np.round(src_lens * 0.95 * rng.lognormal(0, 0.2, pairs)), 1, maxlen - 1).astype(int)
-    ids = lambda n: rng.integers(4, vocab_size, n).astype(np.int32)
-    return [ids(n) for n in src_lens], [ids(n) for n in tgt_lens]
+    ids = rng.integers(4, vocab_size, src_lens.sum() + tgt_lens.sum()).astype(np.int32)  # all at once: fast
+    src_ids, tgt_ids = ids[:src_lens.sum()], ids[src_lens.sum():]
+    return np.split(src_ids, np.cumsum(src_lens)[:-1]), np.split(tgt_ids, np.cumsum(tgt_lens)[:-1])
 
 
 def report(name, r, peak):

@@ -71,3 +71,21 @@ def test_peak_memory_is_the_script_own_not_its_parent():
     before, after = map(float, run.stdout.split())
     assert before < 200 and after - before > 250, run.stdout
     del held
+
+
+def test_iwslt_shaped_pairs_have_the_stated_lengths_and_ids():
+    """bench/train_speed.py's synthetic IWSLT 2016 pairs: source lengths of mean about 23, targets
+    about 0.95 of their source, every pair under maxlen with room for </s>, ids past the specials."""
+    import sys
+
+    import numpy as np
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+    from train_speed import iwslt_like
+
+    src, tgt = iwslt_like(50, seed=0, pairs=20000, maxlen=100)
+    src_lens, tgt_lens = np.array([len(s) for s in src]), np.array([len(t) for t in tgt])
+    assert len(src) == len(tgt) == 20000 and 22 < src_lens.mean() < 24
+    assert 0.9 < np.median(tgt_lens / src_lens) < 1.0
+    assert src_lens.min() >= 1 and max(src_lens.max(), tgt_lens.max()) <= 99
+    ids = np.concatenate(src + tgt)
+    assert ids.dtype == np.int32 and ids.min() >= 4 and ids.max() < 50
