@@ -74,7 +74,7 @@ def compute_capability():
 
 
 def precision(hp, flags=None):
-    """The Keras dtype policy name of a run. flags: the CPU's flags (default: cpu_flags())."""
+    """The Keras dtype policy name of a run. flags: the CPU's flags (default: utils.cpu_flags())."""
     if hp.precision != "auto":
         return hp.precision
     capability = compute_capability()
