@@ -191,7 +191,8 @@ MIN_SEEDS = 3  # the fewest seeds on each side for a verdict other than "within"
 RULE = (f"a row is better or worse than the preset when Student's t test on the two rows' seeds (pooled "
         f"variance, two-sided) puts the difference of their beam BLEU beyond what the seeds' own variation "
         f"gives by chance 5% of the time, with at least {MIN_SEEDS} seeds on each side; a difference that "
-        f"passes with fewer seeds is marked as needing more, and any other is within the seeds' variation")
+        f"passes with fewer seeds is marked as needing more, and any other is within the seeds' variation; "
+        f"a row trained in another precision than the preset (float32 beside mixed bfloat16) is not compared")
 
 
 def margin(a, b):
@@ -233,6 +234,9 @@ def summarize(results):
         row["difference"] = row["beam"] - base["beam"]
         row["margin"] = 0.0 if name == BASELINE else margin(row["beams"], base["beams"])
         row["verdict"] = "the baseline" if name == BASELINE else verdict(row["beams"], base["beams"])
+        if name != BASELINE and row["precision"] != base["precision"]:  # e.g. float32 on a CPU without bfloat16
+            row["verdict"] = (f"not comparable: trained in {', '.join(row['precision'])}, the preset in "
+                              f"{', '.join(base['precision'])}")
     return rows
 
 

@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from ablate import verdict, wall_seconds
+from ablate import summarize, verdict, wall_seconds
 from conftest import run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
@@ -79,6 +79,18 @@ def test_the_verdict_calls_noise_within_and_a_clear_effect_by_its_name():
     assert verdict([40.0], base) == "one seed: no spread to judge by yet"
     # -0.52 against seeds 0.47 and 0.28 apart (two seeds each), which a max-min rule called worse
     assert verdict([40.785, 41.255], [41.41, 41.69]) == WITHIN
+
+
+def test_a_row_trained_in_another_precision_is_not_compared():
+    """A row whose runs were trained in float32 (a CPU without bfloat16) beside a preset trained in
+    mixed bfloat16 gets no verdict: the two are different models, whatever their BLEU."""
+    def seeds(precision, *beams):
+        return [dict(beam=b, greedy=b - 1, loss=2.6, minutes=15.0, precision=precision) for b in beams]
+    rows = summarize({"preset": seeds("mixed_bfloat16", 41.4, 41.6, 41.5),
+                      "pre_norm": seeds("float32", 40.1, 40.3, 40.2),
+                      "no_positions": seeds("mixed_bfloat16", 34.1, 34.3, 34.2)})
+    assert rows["pre_norm"]["verdict"] == "not comparable: trained in float32, the preset in mixed_bfloat16"
+    assert rows["no_positions"]["verdict"] == "worse"
 
 
 def test_the_verdict_calls_about_one_difference_in_twenty_real_where_there_is_none():
