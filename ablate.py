@@ -15,7 +15,11 @@ Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>),
 only when named). A run that
 finished is not trained again, an interrupted one resumes where it stopped (train.py resumes from
 its checkpoints), and each run's scores are kept in its folder (ablation.json), so the command can
-be stopped and started again at any point. Settings after the options (`--name value`) apply to
+be stopped and started again at any point. They are kept in a ledger beside the table too
+(<table>.json, e.g. docs/ablations.json, with the machine, date and commit of each run): a run
+recorded there is not trained again, so one table can be finished over several sessions or
+machines; a row that decodes the preset's runs another way needs those runs' checkpoints, and
+trains them again where they are not on this machine. Settings after the options (`--name value`) apply to
 every run (the dry run above trains one epoch). Everything is measured on dev: the table is for
 choosing, and test figures are not computed here. The table's document is rewritten down to its
 first `## ` heading; sections from there on are the document's own (written by hand) and are kept.
@@ -112,17 +116,26 @@ def wall_seconds(history):
     return sum(ends)
 
 
-def measure(preset, variant, seed, runs, extra, report_only=False):
-    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json.
-    With report_only, a run that has not finished training is left alone (None)."""
+def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
+    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json and
+    in the ledger (a run recorded there, trained in another session or on another machine, is not
+    trained again). With report_only, a run that has not finished training is left alone (None)."""
     train_args, eval_args, _ = VARIANTS[variant]
-    logdir = os.path.join(runs, BASELINE if not train_args else variant, f"seed{seed}")
+    folder = BASELINE if not train_args else variant
+    logdir, name = os.path.join(runs, folder, f"seed{seed}"), f"{folder}/seed{seed}"
+    key = " ".join(eval_args) or "as trained"
     scores_path = os.path.join(logdir, "ablation.json")
     scores = {}
     if os.path.exists(scores_path):
         with open(scores_path, encoding="utf-8") as f:
             scores = json.load(f)
     history = trained(logdir)
+    recorded = ledger["runs"].get(name)
+    if history is None and recorded and recorded.get("preset") == preset and recorded.get("settings") == extra:
+        if key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
+            return figures(recorded, key, train_args or variant == BASELINE, logdir=None)
+        if report_only:
+            return None
     if history is None:
         if report_only:
             return None
@@ -133,7 +146,6 @@ def measure(preset, variant, seed, runs, extra, report_only=False):
                       commit=commit(), date=datetime.date.today().isoformat(), machine=machine())
     if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
         scores = {k: scores[k] for k in ("precision", "commit", "date", "machine") if k in scores}
-    key = " ".join(eval_args) or "as trained"
     evals = scores.setdefault("evals", {})  # {eval.py's settings: what it measured with them}
     if key not in evals:
         out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
@@ -143,31 +155,47 @@ def measure(preset, variant, seed, runs, extra, report_only=False):
         if "--average_last" in eval_args:  # weights other than the last epoch's: their own greedy BLEU
             out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args, "--beam_size", "1"])
             evals[key]["greedy"] = found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir)
+        if variant != BASELINE and not train_args and "as trained" in evals:
+            evals[key]["bootstrap"] = bootstrap(logdir, evals["as trained"]["hypotheses"], evals[key]["hypotheses"])
     last = history[-1]
     scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
-    return dict(scores, greedy=evals[key].get("greedy", last["dev_bleu"]), beam=evals[key]["beam"],
-                loss=evals[key]["loss"], minutes=scores["minutes"] if train_args or variant == BASELINE else None,
-                hypotheses=evals[key].get("hypotheses"), logdir=logdir)
+    ledger["runs"][name] = dict(scores, preset=preset, settings=extra,  # the translations stay with the run
+                                evals={k: {f: v for f, v in e.items() if f != "hypotheses"} for k, e in evals.items()})
+    write_text(ledger["path"], json.dumps(ledger["runs"], indent=1, sort_keys=True) + "\n")
+    return figures(scores, key, train_args or variant == BASELINE, logdir)
 
 
-def bootstrap(rows, results):
-    """For each row that decodes the preset's own runs another way: sacreBLEU's paired bootstrap
-    of its dev translations against the preset's, seed by seed (the same model, so the same
-    sentences pair up), as row["bootstrap"], [p-value of each seed]; a second opinion beside RULE."""
-    base = {s["logdir"]: s["hypotheses"] for s in results[BASELINE]}
-    for name, seeds in results.items():
-        if name == BASELINE or VARIANTS[name][0]:
-            continue
-        ps = []
-        for s in seeds:
-            if s.get("hypotheses") and base.get(s["logdir"]):
-                with open(os.path.join(s["logdir"], "hparams.json"), encoding="utf-8") as f:
-                    settings = json.load(f)
-                references = data_load.load_text(settings["prepro_dir"], "dev", settings["tgt_lang"])
-                ps.append(paired_bootstrap(read_hypotheses(base[s["logdir"]]), read_hypotheses(s["hypotheses"]),
-                                           references, settings["tgt_lang"]))
-        rows[name]["bootstrap"] = ps
+def figures(scores, key, trains, logdir):
+    """One run's figures for the table, as measured with eval.py's settings `key`; minutes only for a
+    row that trains."""
+    measured = scores["evals"][key]
+    return dict(scores, greedy=measured.get("greedy", scores["greedy"]), beam=measured["beam"],
+                loss=measured["loss"], minutes=scores["minutes"] if trains else None,
+                bootstrap=measured.get("bootstrap"), logdir=logdir)
+
+
+def read_ledger(path):
+    """The ledger of every run's figures beside a table (<table>.json): {"path", "runs": {run: scores}}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return dict(path=path, runs=json.load(f))
+    except FileNotFoundError:
+        return dict(path=path, runs={})
+    except ValueError as error:
+        raise UserError(f"{path}: not the ledger ablate.py writes ({error}); move it away to start a new one") \
+            from None
+
+
+def bootstrap(logdir, preset_hypotheses, row_hypotheses):
+    """sacreBLEU's paired bootstrap of a row's dev translations against the preset's, from the same
+    run (the same model decoded another way, so the same sentences pair up): its p-value, a second
+    opinion beside RULE."""
+    with open(os.path.join(logdir, "hparams.json"), encoding="utf-8") as f:
+        settings = json.load(f)
+    references = data_load.load_text(settings["prepro_dir"], "dev", settings["tgt_lang"])
+    return paired_bootstrap(read_hypotheses(preset_hypotheses), read_hypotheses(row_hypotheses), references,
+                            settings["tgt_lang"])
 
 
 def found(output, pattern, logdir):
@@ -226,7 +254,7 @@ def summarize(results):
                           beams=beam, loss=statistics.mean(s["loss"] for s in seeds),
                           sd=statistics.stdev(beam) if len(beam) > 1 else 0.0,
                           minutes=statistics.mean(m) if (m := [s["minutes"] for s in seeds if s["minutes"]]) else None,
-                          seeds=len(seeds),
+                          seeds=len(seeds), bootstrap=[s["bootstrap"] for s in seeds if s.get("bootstrap") is not None],
                           **{key: sorted({s.get(key, "unrecorded") for s in seeds})
                              for key in ("precision", "commit", "date", "machine")})
     base = rows[BASELINE]
@@ -262,8 +290,8 @@ def commit():
     return run.stdout.strip() if run.returncode == 0 else "unknown"
 
 
-def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
-    """docs/ablations.md's table (and where its picture is), with how the figures were made;
+def write_table(path, picture, ledger, rows, preset, seeds, argv, unfinished=(0, 0)):
+    """docs/ablations.md's table (and where its picture and ledger are), with how the figures were made;
     unfinished: (runs left out as not finished (--report), runs asked for)."""
     hp = hyperparams.preset(preset)
 
@@ -285,7 +313,9 @@ def write_table(path, picture, rows, preset, seeds, argv, unfinished=(0, 0)):
              f"measurement (docs/speed.md measures speed, side by side).", "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
-             f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}."
+             f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
+             f"each run's figures, with its machine, date and commit, are in "
+             f"[{os.path.basename(ledger)}]({os.path.basename(ledger)})."
              + (f" Runs not finished yet: {unfinished[0]} of {unfinished[1]}; a row with fewer seeds than "
                 f"{len(seeds)} is the mean of those that have, and `python ablate.py "
                 f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
@@ -343,28 +373,28 @@ def main(argv=None):
     except ValueError:
         raise UserError(f"--seeds {args.seeds}: give comma-separated integers, e.g. 1,2") from None
     runs = args.runs or os.path.join("log", "ablations", args.preset)
+    output = args.output or os.path.join(runs, "ablations.md")
+    ledger = read_ledger(os.path.splitext(output)[0] + ".json")
     results, total, done = {}, len(names) * len(seeds), 0
     for name in names:
         results[name] = []
         for seed in seeds:
             done += 1
             print(f"[{done}/{total}] {name}, seed {seed}", flush=True)
-            figures = measure(args.preset, name, seed, runs, extra, report_only=args.report)
-            if figures is None:
+            run = measure(args.preset, name, seed, runs, extra, ledger, report_only=args.report)
+            if run is None:
                 print("    not trained yet: left out of the table")
             else:
-                results[name].append(figures)
+                results[name].append(run)
     results = {name: figures for name, figures in results.items() if figures}
     if BASELINE not in results:
         raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
                         f"(run ablate.py without --report first)")
     rows = summarize(results)
-    bootstrap(rows, results)
-    output = args.output or os.path.join(runs, "ablations.md")
     picture = os.path.splitext(output)[0] + ".png"
     plot_ablations(rows, picture)
     unfinished = (total - sum(len(figures) for figures in results.values()), total)
-    write_table(output, picture, rows, args.preset, seeds, argv, unfinished)
+    write_table(output, picture, ledger["path"], rows, args.preset, seeds, argv, unfinished)
     print(f"wrote {output} and {picture}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")

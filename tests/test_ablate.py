@@ -4,6 +4,7 @@ trains and evaluates nothing again; its verdict rule on made-up figures."""
 import json
 import os
 import re
+import shutil
 import signal
 
 import numpy as np
@@ -39,7 +40,8 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert rows[2][8].strip() == "" and rows[0][8].strip() and 0 < float(rows[2][-2]) <= 1
     assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
     assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\), in "
-                     r"(float32|mixed_bfloat16)\.", text), text[:2000]
+                     r"(float32|mixed_bfloat16); each run's figures, with its machine, date and commit, are in "
+                     r"\[ablations\.json\]\(ablations\.json\)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())
     assert scores["epochs"] == 1 and "as trained" in scores["evals"]
     assert set(scores["evals"]["as trained"]) == {"beam", "loss", "hypotheses"}  # each from eval.py
@@ -48,6 +50,21 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
     assert json.loads((interrupted / "ablation.json").read_text()) == scores
     assert os.path.getsize(table) > 0
+    # the ledger beside the table: each run's figures (not its translations, which stay with the run);
+    # a run recorded there is neither trained nor scored again where its folder is gone (another
+    # machine, another session), and the table is the same
+    ledger = json.loads((tmp_path / "ablations.json").read_text())
+    assert sorted(ledger) == ["pre_norm/seed1", "preset/seed1"]
+    assert ledger["pre_norm/seed1"]["evals"] == {"as trained": {k: v for k, v in scores["evals"]["as trained"].items()
+                                                                if k != "hypotheses"}}
+    assert 0 < ledger["preset/seed1"]["evals"]["--alpha 0"]["bootstrap"] <= 1
+    assert ledger["pre_norm/seed1"]["settings"] == [*EXTRA, "--prepro_dir", str(quick_start.prepro)]
+    before = table.read_text(encoding="utf-8")
+    shutil.rmtree(runs)
+    elsewhere = run_script("ablate.py", *common)
+    assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
+    assert "train.py" not in elsewhere.stdout and "BLEU dev" not in elsewhere.stdout
+    assert table.read_text(encoding="utf-8") == before
     own = "## Written by hand\n\nKept when the table is written again.\n"
     table.write_text(table.read_text(encoding="utf-8") + "\n" + own, encoding="utf-8")
     report = run_script("ablate.py", *common[:3], "pre_norm,no_positions", *common[4:], "--report")
