@@ -12,17 +12,17 @@ three seeds a side for "better" or "worse"); and a bar chart of the differences.
 
 Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>), the table to
 <runs>/ablations.md unless --output names another file (the shipped docs/ablations.md is rewritten
-only when named). A run that
-finished is not trained again, an interrupted one resumes where it stopped (train.py resumes from
-its checkpoints), and each run's scores are kept in its folder (ablation.json), so the command can
-be stopped and started again at any point. They are kept in a ledger beside the table too
-(<table>.json, e.g. docs/ablations.json, with the machine, date and commit of each run): a run
-recorded there is not trained again, so one table can be finished over several sessions or
-machines; a row that decodes the preset's runs another way needs those runs' checkpoints, and
-trains them again where they are not on this machine. Settings after the options (`--name value`) apply to
-every run (the dry run above trains one epoch). Everything is measured on dev: the table is for
-choosing, and test figures are not computed here. The table's document is rewritten down to its
-first `## ` heading; sections from there on are the document's own (written by hand) and are kept.
+only when named). A run that finished is not trained again, an interrupted one resumes where it
+stopped (train.py resumes from its checkpoints), and each run's scores are kept in its folder
+(ablation.json), so the command can be stopped and started again at any point. They are kept in a
+ledger beside the table too (<table>.json unless --ledger names another file, e.g.
+docs/ablations.json, with the machine, date and commit of each run): a run recorded there is not
+trained again, so one table can be finished over several sessions or machines; a row that decodes
+the preset's runs another way needs those runs' checkpoints, and trains them again where they are
+not on this machine. Settings after the options (`--name value`) apply to every run (the dry run
+above trains one epoch). Everything is measured on dev: the table is for choosing, and test figures
+are not computed here. The table's document is rewritten down to its first `## ` heading; sections
+from there on are the document's own (written by hand) and are kept.
 """
 import argparse
 import datetime
@@ -315,7 +315,7 @@ def write_table(path, picture, ledger, rows, preset, seeds, argv, unfinished=(0,
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
              f"each run's figures, with its machine, date and commit, are in "
-             f"[{os.path.basename(ledger)}]({os.path.basename(ledger)})."
+             f"[{os.path.basename(ledger)}]({os.path.relpath(ledger, os.path.dirname(path) or '.')})."
              + (f" Runs not finished yet: {unfinished[0]} of {unfinished[1]}; a row with fewer seeds than "
                 f"{len(seeds)} is the mean of those that have, and `python ablate.py "
                 f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
@@ -360,6 +360,9 @@ def main(argv=None):
     parser.add_argument("--output", metavar="PATH",
                         help="the table to write (default <runs>/ablations.md; the shipped docs/ablations.md "
                              "is rewritten only when named here); its picture is written beside it (<name>.png)")
+    parser.add_argument("--ledger", metavar="PATH",
+                        help="where each run's figures are kept (default: beside the table, <output>.json): a "
+                             "run recorded there is not trained again")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the table from the runs that have finished (a row "
                              "with fewer seeds says so), e.g. while another call is still training")
@@ -374,7 +377,7 @@ def main(argv=None):
         raise UserError(f"--seeds {args.seeds}: give comma-separated integers, e.g. 1,2") from None
     runs = args.runs or os.path.join("log", "ablations", args.preset)
     output = args.output or os.path.join(runs, "ablations.md")
-    ledger = read_ledger(os.path.splitext(output)[0] + ".json")
+    ledger = read_ledger(args.ledger or os.path.splitext(output)[0] + ".json")
     results, total, done = {}, len(names) * len(seeds), 0
     for name in names:
         results[name] = []
