@@ -73,7 +73,8 @@ FIGURE = ("the command of a recorded figure, at full size (minutes to hours); th
 INLINE_NOT_RUN = [
     ("docs/results.md", r".*", FIGURE),
     ("docs/speed.md", r".*", FIGURE),
-    ("docs/ablations.md", r"python ablate.py --preset multi30k( --report)?( --output docs/ablations.md)?$",
+    ("docs/ablations.md", r"python ablate.py --preset multi30k( --report)?( --output docs/ablations.md)?"
+     r"( --ledger docs/ablations.json)?( --precision float32)?$",
      "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
     ("docs/ablations.md", r"python plot.py <", "has a placeholder for the reference's runs (outside the project)"),
     ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
