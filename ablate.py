@@ -73,6 +73,13 @@ VARIANTS = {
                                                           "instead of token budgets"),
     "whole_vocabulary": (["--output_vocab", "all"], [], "the softmax over the whole vocabulary, as the reference"),
     "two_heads": (["--num_heads", "2"], [], "half the attention heads (3.2.2)"),
+    # candidates that might lift the preset (later work, or the paper's recipe at more length)
+    "subword_sampling": (["--subword_sampling", "0.1"], [], "candidate: BPE-dropout 0.1, the training text "
+                                                           "re-segmented every epoch (later work)"),
+    "wider_feed_forward": (["--d_ff", "2048"], [], "candidate: a feed-forward twice as wide, 8 d_model "
+                                                  "(3.3: 4 d_model)"),
+    "longer_averaged": (["--num_epochs", "20"], ["--average_last", "5"], "candidate: 20 epochs instead of 12, "
+                                                                         "the last five averaged (6.1)"),
     "average_last_5": ([], ["--average_last", "5"], "the mean of the last five epochs' weights (6.1)"),
     "no_length_penalty": ([], ["--alpha", "0"], "beam search without its length penalty"),
     "paper_length_penalty": ([], ["--alpha", "0.6"], "the paper's length penalty (6.1: alpha 0.6) instead of the "

@@ -10,7 +10,8 @@ import signal
 import numpy as np
 import pytest
 
-from ablate import summarize, verdict, wall_seconds
+import hyperparams
+from ablate import VARIANTS, summarize, verdict, wall_seconds
 from conftest import run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
@@ -131,3 +132,14 @@ def test_the_paired_bootstrap_finds_a_real_difference_and_not_an_equal_one():
     assert paired_bootstrap(half, half, references) == 1.0
     assert paired_bootstrap(half, output(0.5), references) > 0.05
     assert paired_bootstrap(half, output(0.2), references) < 0.01
+
+
+def test_every_row_is_settings_that_train_and_eval_accept():
+    """Each row's settings are the project's own options with valid values (a typo would otherwise
+    surface only when the table's run reaches that row, hours in)."""
+    for name, (train_args, eval_args, what) in VARIANTS.items():
+        assert what and len(train_args) % 2 == 0 and len(eval_args) % 2 == 0, name
+        decoding = [x for option, value in zip(eval_args[::2], eval_args[1::2])
+                    if option != "--average_last" for x in (option, value)]  # that one is eval.py's own
+        _, _, overrides = hyperparams.parse_args("ablate", ["--preset", "multi30k", *train_args, *decoding])
+        assert set(overrides) == {option[2:] for option in (train_args + decoding)[::2]}, name
