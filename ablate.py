@@ -146,11 +146,11 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
     if history is None:
         if report_only:
             return None
+        started = dict(commit=commit(), date=datetime.date.today().isoformat(), machine=machine())  # the code run
         out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *train_args,
                                       *extra])
         history = trained(logdir)
-        scores = dict(precision=re.search(r"precision (\S+),", out).group(1),  # train.py's devices line
-                      commit=commit(), date=datetime.date.today().isoformat(), machine=machine())
+        scores = dict(started, precision=re.search(r"precision (\S+),", out).group(1))  # train.py's devices line
     if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
         scores = {k: scores[k] for k in ("precision", "commit", "date", "machine") if k in scores}
     evals = scores.setdefault("evals", {})  # {eval.py's settings: what it measured with them}
