@@ -27,7 +27,8 @@ The weights are the Transformer's as trained; what CTranslate2 has no setting fo
 them: the model's logits cover only the training targets' pieces (--output_vocab target) and
 decoding never chooses <pad> or <s> (decoding.bar_tokens), so those ids get an output bias of -1e9;
 a model without W^O (the reference's) gets the identity in its place. The converted model must
-score a few made-up sentence pairs as the model does, or nothing is written: a model CTranslate2
+score a few made-up sentence pairs as the model does (in float32, as CTranslate2 computes: a model
+trained in mixed precision is checked computing in float32), or nothing is written: a model CTranslate2
 cannot hold (another activation, a layer of your own) is refused; saved_model runs any model.
 """
 import os
@@ -42,6 +43,23 @@ from utils import UserError, run_cli
 # The settings export.py reads (--help shows these): the rest come from <logdir>/hparams.json.
 SETTINGS = hyperparams.DECODING
 FORMATS = ("saved_model", "ctranslate2")
+
+
+def float32_twin(model):
+    """The model built again computing in float32, with the same weights: a model trained in mixed
+    precision keeps its weights in float32 and computes in bfloat16 or float16, whose rounding (a
+    token's log-probability off by 1e-2) CTranslate2's float32 would be checked against."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")  # the twin's layers take the policy when they are made
+    try:
+        twin = model.__class__.from_config({**model.get_config(), "dtype": "float32"})
+        twin.build_with_dummy()
+    finally:
+        keras.config.set_dtype_policy(previous)
+    twin.set_weights(model.get_weights())
+    return twin
 
 
 def main(argv=None):
@@ -65,6 +83,8 @@ def main(argv=None):
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
     translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
+    if args.format == "ctranslate2" and translator.model.compute_dtype != "float32":
+        translator.model = float32_twin(translator.model)  # CTranslate2 computes from the float32 weights
     work = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)  # the folder appears once complete
     try:
         target = os.path.join(work, "model")

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, add_another_residual, assert_one_line_error, run_script
@@ -148,6 +149,39 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
     longest = -(-(max(map(len, sources)) + 1) // 8) * 8  # one batch: with </s>, padded as data_load.encoder_inputs
     results = translator.translate_batch(sources, beam_size=1, max_decoding_length=decoding.default_max_len(m, longest))
     assert [sample_sp.decode(r.hypotheses[0]) for r in results] == want
+
+
+@pytest.mark.slow
+def test_a_model_computing_in_bfloat16_exports_as_its_float32_twin(sample_sp, tmp_path):
+    """A model trained in mixed bfloat16 (the default on a CPU with bfloat16 instructions) keeps its
+    weights in float32 and computes in bfloat16, whose rounding moves its logits by far more than the
+    check's tolerance: export.py converts and checks its float32 twin (the same weights), which is
+    what CTranslate2 computes."""
+    pytest.importorskip("ctranslate2")
+    import keras
+    from keras import ops
+
+    import export
+    import serving
+    from utils import UserError
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        m = variant_model({}, sample_sp)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    twin = export.float32_twin(m)
+    assert (m.compute_dtype, twin.compute_dtype) == ("bfloat16", "float32")
+    assert all(np.array_equal(a, b) for a, b in zip(m.get_weights(), twin.get_weights()))
+    inputs = (np.full((2, 9), 7, np.int32), np.full((2, 7), 9, np.int32))
+    gap = np.abs(ops.convert_to_numpy(m(inputs)).astype(np.float64) - ops.convert_to_numpy(twin(inputs))).max()
+    assert gap > 10 * serving.SCORE_TOLERANCE
+    pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
+    with pytest.raises(UserError, match="does not score as this model does"):
+        serving.write_ctranslate2(m, pieces, str(tmp_path / "bf16"))
+    serving.write_ctranslate2(twin, pieces, str(tmp_path / "ct2"))
+    assert (tmp_path / "ct2" / "model.bin").is_file()
 
 
 @pytest.mark.slow
