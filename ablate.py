@@ -140,9 +140,7 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
     recorded = ledger["runs"].get(name)
     if history is None and recorded and recorded.get("preset") == preset and recorded.get("settings") == extra:
         if key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
-            return figures(recorded, key, train_args or variant == BASELINE, logdir=None)
-        if report_only:
-            return None
+            return figures(recorded, key, train_args or variant == BASELINE)
     if history is None:
         if report_only:
             return None
@@ -170,16 +168,16 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
     ledger["runs"][name] = dict(scores, preset=preset, settings=extra,  # the translations stay with the run
                                 evals={k: {f: v for f, v in e.items() if f != "hypotheses"} for k, e in evals.items()})
     write_text(ledger["path"], json.dumps(ledger["runs"], indent=1, sort_keys=True) + "\n")
-    return figures(scores, key, train_args or variant == BASELINE, logdir)
+    return figures(scores, key, train_args or variant == BASELINE)
 
 
-def figures(scores, key, trains, logdir):
+def figures(scores, key, trains):
     """One run's figures for the table, as measured with eval.py's settings `key`; minutes only for a
     row that trains."""
     measured = scores["evals"][key]
     return dict(scores, greedy=measured.get("greedy", scores["greedy"]), beam=measured["beam"],
                 loss=measured["loss"], minutes=scores["minutes"] if trains else None,
-                bootstrap=measured.get("bootstrap"), logdir=logdir)
+                bootstrap=measured.get("bootstrap"))
 
 
 def read_ledger(path):
