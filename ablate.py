@@ -1,10 +1,11 @@
 """Ablations: what each choice of the paper and of the reference is worth, measured on dev.
 
 Trains variants of a preset (each a few settings changed from it: VARIANTS below), two seeds
-each, and writes a table: dev BLEU with greedy decoding and with the preset's beam search, dev
-loss per target token, the seeds' standard deviation, minutes, and each variant's difference to the
-preset with a verdict in plain words by a stated rule (RULE: Student's t test on the seeds, 5%,
-three seeds a side for "better" or "worse"); and a bar chart of the differences.
+each and a third where the rule asks for one (--more_seeds), and writes a table: dev BLEU with
+greedy decoding and with the preset's beam search, dev loss per target token, the seeds' standard
+deviation, minutes, and each variant's difference to the preset with a verdict in plain words by a
+stated rule (RULE: Student's t test on the seeds, 5%, three seeds a side for "better" or "worse");
+and a bar chart of the differences.
 
     python ablate.py --preset multi30k --output docs/ablations.md   # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
@@ -123,6 +124,13 @@ def wall_seconds(history):
     return sum(ends)
 
 
+def seed_list(option, text):
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"{option} {text}: give comma-separated integers, e.g. 1,2") from None
+
+
 def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
     """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json and
     in the ledger (a run recorded there, trained in another session or on another machine, is not
@@ -221,6 +229,7 @@ def write_text(path, text):
 T_CRITICAL = (None, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
               2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
 MIN_SEEDS = 3  # the fewest seeds on each side for a verdict other than "within"
+NEEDS_MORE = ": needs more"  # the end of the verdict on a difference that passes with fewer seeds
 RULE = (f"a row is better or worse than the preset when Student's t test on the two rows' seeds (pooled "
         f"variance, two-sided) puts the difference of their beam BLEU beyond what the seeds' own variation "
         f"gives by chance 5% of the time, with at least {MIN_SEEDS} seeds on each side; a difference that "
@@ -246,7 +255,7 @@ def verdict(row, base):
     if abs(difference) <= margin(row, base):
         return "within the seeds' variation"
     word = "better" if difference > 0 else "worse"
-    return word if min(len(row), len(base)) >= MIN_SEEDS else f"{word} on {min(len(row), len(base))} seeds: needs more"
+    return word if min(len(row), len(base)) >= MIN_SEEDS else f"{word} on {min(len(row), len(base))} seeds{NEEDS_MORE}"
 
 
 def summarize(results):
@@ -295,7 +304,7 @@ def commit():
     return run.stdout.strip() if run.returncode == 0 else "unknown"
 
 
-def write_table(path, picture, ledger, rows, preset, seeds, argv, unfinished=(0, 0)):
+def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, unfinished=(0, 0)):
     """docs/ablations.md's table (and where its picture and ledger are), with how the figures were made;
     unfinished: (runs left out as not finished (--report), runs asked for)."""
     hp = hyperparams.preset(preset)
@@ -305,7 +314,9 @@ def write_table(path, picture, ledger, rows, preset, seeds, argv, unfinished=(0,
 
     lines = [f"# Ablations of the {preset} preset", "",
              f"Each row trains the {preset} preset with a few settings changed, once per seed "
-             f"({', '.join(map(str, seeds))}), and scores the last epoch on dev: sacreBLEU greedy (the "
+             f"({', '.join(map(str, seeds))}"
+             + (f"; {', '.join(map(str, more_seeds))} too where the rule asks for more" if more_seeds else "")
+             + f"), and scores the last epoch on dev: sacreBLEU greedy (the "
              f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
              f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
              f"BLEU with its standard deviation). A row with no training settings scores the preset's "
@@ -321,8 +332,8 @@ def write_table(path, picture, ledger, rows, preset, seeds, argv, unfinished=(0,
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
              f"each run's figures, with its machine, date and commit, are in "
              f"[{os.path.basename(ledger)}]({os.path.relpath(ledger, os.path.dirname(path) or '.')})."
-             + (f" Runs not finished yet: {unfinished[0]} of {unfinished[1]}; a row with fewer seeds than "
-                f"{len(seeds)} is the mean of those that have, and `python ablate.py "
+             + (f" Runs not finished yet: {unfinished[0]} of the {unfinished[1]} asked for; a row with fewer "
+                f"seeds is the mean of those that have, and `python ablate.py "
                 f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
              "", f"![Each row's difference to the preset, with the margin the rule needs]"
                  f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
@@ -361,6 +372,10 @@ def main(argv=None):
     parser.add_argument("--only", metavar="NAMES", help="comma-separated variants to run (the preset's own "
                                                         "runs always); default every one")
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds: each variant trains once per seed")
+    parser.add_argument("--more_seeds", default=",".join(map(str, range(3, MIN_SEEDS + 1))), metavar="SEEDS",
+                        help="comma-separated seeds trained only where the rule asks for them: for a row whose "
+                             "difference passes with fewer seeds than the rule needs, and for the preset (default "
+                             "%(default)s; '' for none)")
     parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/ablations/<preset>)")
     parser.add_argument("--output", metavar="PATH",
                         help="the table to write (default <runs>/ablations.md; the shipped docs/ablations.md "
@@ -376,33 +391,46 @@ def main(argv=None):
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise UserError(f"--only: unknown variant {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        raise UserError(f"--seeds {args.seeds}: give comma-separated integers, e.g. 1,2") from None
+    seeds, more_seeds = seed_list("--seeds", args.seeds), seed_list("--more_seeds", args.more_seeds)
+    if not seeds:
+        raise UserError("--seeds: give at least one seed, e.g. 1,2")
+    if set(seeds) & set(more_seeds):
+        raise UserError(f"--more_seeds {args.more_seeds}: give seeds that --seeds ({args.seeds}) does not")
     runs = args.runs or os.path.join("log", "ablations", args.preset)
     output = args.output or os.path.join(runs, "ablations.md")
     ledger = read_ledger(args.ledger or os.path.splitext(output)[0] + ".json")
-    results, total, done = {}, len(names) * len(seeds), 0
-    for name in names:
-        results[name] = []
-        for seed in seeds:
-            done += 1
-            print(f"[{done}/{total}] {name}, seed {seed}", flush=True)
+    results, asked = {name: [] for name in names}, {name: list(seeds) for name in names}
+
+    def measure_all(todo):  # [(variant, seed)]: each run's figures into results
+        for done, (name, seed) in enumerate(todo, 1):
+            print(f"[{done}/{len(todo)}] {name}, seed {seed}", flush=True)
             run = measure(args.preset, name, seed, runs, extra, ledger, report_only=args.report)
             if run is None:
                 print("    not trained yet: left out of the table")
             else:
                 results[name].append(run)
-    results = {name: figures for name, figures in results.items() if figures}
-    if BASELINE not in results:
-        raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
-                        f"(run ablate.py without --report first)")
-    rows = summarize(results)
+
+    measure_all([(name, seed) for name in names for seed in seeds])
+    while True:  # more seeds for the rows that need them (and the preset), until none asks again
+        if not results[BASELINE]:
+            raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
+                            f"(run ablate.py without --report first)")
+        rows = summarize({name: figures for name, figures in results.items() if figures})
+        more = [name for name, row in rows.items() if row["verdict"].endswith(NEEDS_MORE)]
+        todo = [(name, seed) for name in ([BASELINE] + more if more else []) for seed in more_seeds
+                if seed not in asked[name]]
+        if not todo:
+            break
+        print(f"the rule asks for more seeds of {', '.join(more)} (and the preset's): seeds "
+              f"{', '.join(map(str, more_seeds))}", flush=True)
+        for name, seed in todo:
+            asked[name].append(seed)
+        measure_all(todo)
     picture = os.path.splitext(output)[0] + ".png"
     plot_ablations(rows, picture)
+    total = sum(len(s) for s in asked.values())
     unfinished = (total - sum(len(figures) for figures in results.values()), total)
-    write_table(output, picture, ledger["path"], rows, args.preset, seeds, argv, unfinished)
+    write_table(output, picture, ledger["path"], rows, args.preset, seeds, more_seeds, argv, unfinished)
     print(f"wrote {output} and {picture}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")

@@ -73,10 +73,38 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert "train.py" not in report.stdout and "not trained yet" in report.stdout
     text = table.read_text(encoding="utf-8")
     assert "| pre_norm |" in text and "| no_positions |" not in text
-    assert "Runs not finished yet: 1 of 3;" in text and "python ablate.py --preset sample --only" in text
+    assert "Runs not finished yet: 1 of the 3 asked for;" in text and "python ablate.py --preset sample --only" in text
     assert text.endswith("|\n\n" + own) and text.count("## Written by hand") == 1  # the document's own section
     bad = run_script("ablate.py", "--only", "no_such_row", "--runs", str(runs))
     assert bad.returncode == 2 and "unknown variant no_such_row" in bad.stderr
+
+
+def test_a_third_seed_is_trained_only_where_the_rule_asks_for_it(monkeypatch, tmp_path):
+    """Two seeds a row; a row whose difference passes on two seeds gets seed 3, and the preset with
+    it; a row within the seeds' variation does not (measure is replaced by made-up figures)."""
+    import ablate
+    beams = {"preset": [41.4, 41.6, 41.5], "no_positions": [34.1, 34.3, 34.2], "pre_norm": [41.2, 41.9, 41.3]}
+    trained = []
+
+    def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
+        trained.append((variant, seed))
+        return dict(beam=beams[variant][seed - 1], greedy=40.0, loss=2.6, minutes=30.0, precision="float32",
+                    commit="abc1234", date="2026-11-28", machine="a CPU")
+    monkeypatch.setattr(ablate, "measure", measure)
+    table = tmp_path / "ablations.md"
+    ablate.main(["--only", "no_positions,pre_norm", "--output", str(table)])
+    assert trained == [("preset", 1), ("preset", 2), ("no_positions", 1), ("no_positions", 2), ("pre_norm", 1),
+                       ("pre_norm", 2), ("preset", 3), ("no_positions", 3)]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in table.read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| row")}
+    assert rows["no_positions"][4].strip() == "3" and rows["no_positions"][-3].strip() == "worse"
+    assert rows["pre_norm"][4].strip() == "2" and rows["pre_norm"][-3].strip() == WITHIN
+    assert "once per seed (1, 2; 3 too where the rule asks for more)" in table.read_text()
+    assert "Runs not finished" not in table.read_text()
+    trained.clear()
+    ablate.main(["--only", "no_positions", "--more_seeds", "", "--output", str(table)])
+    assert trained == [("preset", 1), ("preset", 2), ("no_positions", 1), ("no_positions", 2)]
+    assert "worse on 2 seeds: needs more" in table.read_text()
 
 
 def test_wall_seconds_adds_the_clocks_of_a_resumed_run():
