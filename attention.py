@@ -32,7 +32,8 @@ def main(argv=None):
         parser.add_argument("--decoder_self", action="store_true",
                             help="also draw the decoder's self-attention over its own output, a row per layer")
         parser.add_argument("--ckpt", metavar="PATH",
-                            help="the .keras checkpoint file to draw with (default: the newest in <logdir>/ckpt)")
+                            help="the .keras checkpoint file to draw with (default: the newest in "
+                                 "<logdir>/ckpt, or the mean of the newest --average_last)")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)

@@ -4,7 +4,8 @@
     python eval.py --preset multi30k --split test --ckpt log/multi30k/ckpt/E20L2.10B38.00.keras
 
 Reads the settings saved by training from <logdir>/hparams.json, loads the newest checkpoint of
-<logdir>/ckpt (or --ckpt), translates every sentence whole (as the reference did), writes
+<logdir>/ckpt, or the mean of the newest --average_last (the run's: the multi30k preset averages
+five), or --ckpt, translates every sentence whole (as the reference did), writes
 <logdir>/results/<split>_<checkpoint>B<sacreBLEU>.txt with source / expected / got for every
 sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<reference's BLEU> in
 the reference's layout (one translation a line, then the multi-bleu.perl line), and prints BLEU
@@ -15,6 +16,7 @@ Decoding is the run's --beam_size and --alpha (its preset's; greedy where the be
 them to decode otherwise.
 """
 import os
+import re
 
 import data_load
 import hyperparams
@@ -36,16 +38,15 @@ def main(argv=None):
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file to evaluate (default: the newest in <logdir>/ckpt)")
         parser.add_argument("--split", default="test", choices=("dev", "test"), help="the split to translate and score")
-        parser.add_argument("--average_last", type=int, default=1, metavar="INT",
-                            help="average the weights of the newest INT epoch checkpoints")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
                                                  show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
 
     section("Load model")
-    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given, args.average_last)
-    print(f"checkpoint {ckpt}" + (f" (mean of the newest {args.average_last})" if args.average_last > 1 else ""))
+    model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given)
+    averaged = re.search(r"_avg(\d+)\.keras$", ckpt)
+    print(f"checkpoint {ckpt}" + (f" (the mean of the newest {averaged.group(1)})" if averaged else ""))
 
     check_writable(os.path.join(hp.logdir, "results"))  # before translating, not after
     section(f"Translate the {args.split} split")

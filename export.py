@@ -71,7 +71,8 @@ def main(argv=None):
                             help="ctranslate2: weight type (default: float32)")
         parser.add_argument("--force", action="store_true", help="replace --output if it exists")
         parser.add_argument("--ckpt", metavar="PATH",
-                            help="the .keras checkpoint file to export (default: the newest in <logdir>/ckpt)")
+                            help="the .keras checkpoint file to export (default: the newest in "
+                                 "<logdir>/ckpt, or the mean of the newest --average_last)")
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)

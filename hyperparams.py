@@ -163,6 +163,10 @@ class Hparams:
     alpha: float = setting(0.6, "evaluation", "beam search length penalty exponent: a hypothesis' log "
                                               "probability is divided by ((5 + length) / 6) ** alpha",
                            resumable=True)
+    average_last: int = setting(1, "evaluation", "the weights eval.py, translate.py, attention.py and export.py "
+                                                 "load: the mean of the newest this many epoch checkpoints (paper "
+                                                 "6.1: five); 1: the last epoch's; --ckpt: that file alone",
+                                resumable=True)
     keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt",
                                     resumable=True)
     save_every_steps: int = setting(300, "run", "also checkpoint mid-epoch every this many steps (0: only "
@@ -189,7 +193,8 @@ PRESETS = {
     "sample": {},
     # A small model that trains well on a 2-core CPU (Multi30k task 1, 29k pairs). Its batch budget,
     # warmup, attention dropout, weight decay and decoding were chosen on val (docs/results.md,
-    # "Levers for the multi30k preset").
+    # "Levers for the multi30k preset"), its 20 epochs with the last five averaged too
+    # (docs/ablations.md, the row longer_averaged).
     "multi30k": dict(
         data_dir="data/multi30k",
         prepro_dir="prepro/multi30k",
@@ -208,7 +213,8 @@ PRESETS = {
         lr=1e-3,
         warmup_steps=1200,
         weight_decay=0.3,
-        num_epochs=12,
+        num_epochs=20,
+        average_last=5,
         logdir="log/multi30k",
         eval_sentences=0,
         beam_size=4,
@@ -243,9 +249,10 @@ PRESETS = {
 # model with the same ones.
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["model"])
 # The settings of every script that decodes a trained run (eval, translate, attention, export): where
-# the run and its data are, the model's shape (given, it must match the checkpoint's) and the kernels
-# to decode with; the rest are the run's (hparams.json), and training's are refused.
-DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels")
+# the run and its data are, the model's shape (given, it must match the checkpoint's), the kernels
+# to decode with and the checkpoints to average; the rest are the run's (hparams.json), and
+# training's are refused.
+DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels", "average_last")
 # Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
 # its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
 # checkpoint means. train.py records each change with its step in hparams.json. The optimizer's
@@ -279,7 +286,7 @@ def validate(hp):
         problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
                  "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "beam_size", "keep_checkpoints",
-                 "keep_step_checkpoints"):
+                 "keep_step_checkpoints", "average_last"):
         if getattr(hp, name) < 1:
             problems.append(f"--{name} must be at least 1 (got {getattr(hp, name)})")
     if hp.num_heads >= 1 and hp.d_model % hp.num_heads:
@@ -294,6 +301,9 @@ def validate(hp):
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
     if not (hp.attention_dropout == -1.0 or 0.0 <= hp.attention_dropout < 1.0):
         problems.append(f"attention_dropout must be -1 (as dropout_rate) or in [0, 1) (got {hp.attention_dropout})")
+    if hp.average_last > hp.keep_checkpoints:
+        problems.append(f"average_last {hp.average_last} averages more epoch checkpoints than the run keeps "
+                        f"(keep_checkpoints {hp.keep_checkpoints}): lower it, or train with more kept")
     if hp.alpha < 0:
         problems.append(f"alpha must be 0 (no length penalty) or positive (got {hp.alpha})")
     if hp.weight_decay < 0:

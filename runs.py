@@ -16,32 +16,28 @@ import hyperparams
 from utils import UserError
 
 
-def load_trained(hp, ckpt=None, preset=None, average_last=1):
-    """The model of a checkpoint (default: the newest of hp.logdir) and its vocabulary (the run's
-    own copy in <logdir>/vocab; hp.prepro_dir's for runs from before it existed). preset: the
-    --preset given, if one was (for the hint when there is no checkpoint).
-
-    With average_last N > 1, the weights are the mean of the newest N epoch checkpoints.
+def load_trained(hp, ckpt=None, preset=None):
+    """The model of a run and its vocabulary (the run's own copy in <logdir>/vocab; hp.prepro_dir's
+    for runs from before it existed): the checkpoint ckpt if given, else the mean of the newest
+    hp.average_last epoch checkpoints of hp.logdir (as many as there are, if fewer; 1: the newest
+    alone). preset: the --preset given, if one was (for the hint when there is no checkpoint).
 
     Returns:
-      (model, sentencepiece processor, name of what was loaded).
+      (model, sentencepiece processor, name of what was loaded: for a mean, the newest checkpoint's
+      name with _avg<N>).
     """
     found = checkpoints.epoch_checkpoints(hp.logdir)
     if ckpt is None and not found:
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
                         f"({hyperparams.train_first(hp.logdir, preset)}) or pass --ckpt")
     sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
-    if average_last > 1:
-        if ckpt is not None:
-            raise UserError("--average_last averages the newest checkpoints of --logdir: drop --ckpt")
-        if len(found) < average_last:
-            raise UserError(f"--average_last {average_last}: only {len(found)} checkpoints in "
-                            f"{os.path.join(hp.logdir, 'ckpt')} (keep more with --keep_checkpoints)")
-        paths = [p for _, p in found[-average_last:]]
-        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{average_last}.keras"
-        return (checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name))
-    ckpt = found[-1][1] if ckpt is None else ckpt
-    return checkpoints.load(ckpt, hp, meta), sp, ckpt
+    if ckpt is not None:
+        return checkpoints.load(ckpt, hp, meta), sp, ckpt
+    paths = [p for _, p in found[-hp.average_last:]]
+    if len(paths) == 1:
+        return checkpoints.load(paths[0], hp, meta), sp, paths[0]
+    name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
+    return checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name)
 
 
 class Translator:
@@ -50,7 +46,7 @@ class Translator:
 
     Args:
       logdir: a training run's folder (its hparams.json, vocab/ and ckpt/).
-      ckpt: a checkpoint file (default: the newest of <logdir>/ckpt).
+      ckpt: a checkpoint file (default: the run's --average_last newest of <logdir>/ckpt, averaged).
       hp: settings resolved already (translate.py's command line) instead of logdir's.
       preset: the --preset of that command line, if given (for the hint when there is no checkpoint).
       **settings: Hparams fields to override, as on the command line: beam_size and alpha (the

@@ -76,7 +76,8 @@ def input_chunks(path=None):
 def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--ckpt", metavar="PATH",
-                            help="the .keras checkpoint file to translate with (default: the newest in <logdir>/ckpt)")
+                            help="the .keras checkpoint file to translate with (default: the newest in "
+                                 "<logdir>/ckpt, or the mean of the newest --average_last)")
         parser.add_argument("--input", metavar="PATH",
                             help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",

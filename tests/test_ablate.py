@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hyperparams
-from ablate import VARIANTS, summarize, verdict, wall_seconds
+from ablate import TABLE_BASE, VARIANTS, summarize, verdict, wall_seconds
 from conftest import run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
@@ -107,6 +107,31 @@ def test_a_third_seed_is_trained_only_where_the_rule_asks_for_it(monkeypatch, tm
     assert "worse on 2 seeds: needs more" in table.read_text()
 
 
+def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tmp_path):
+    """multi30k's table measures the 12-epoch recipe it was begun with: each run's train.py gets that
+    first, then the row's own settings (which win), then the settings given to every run."""
+    import ablate
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def run_script(script, args):
+        calls.append((script, args))
+        raise Stop
+
+    monkeypatch.setattr(ablate, "run_script", run_script)
+    with pytest.raises(Stop):
+        ablate.measure("multi30k", "longer_averaged", 1, str(tmp_path), ["--precision", "float32"],
+                       dict(path=str(tmp_path / "ledger.json"), runs={}))
+    script, args = calls[0]
+    assert script == "train.py" and args[args.index("--seed") + 2:] == [
+        "--num_epochs", "12", "--average_last", "1", "--num_epochs", "20", "--precision", "float32"]
+    hp = hyperparams.parse_args("t", args)[0]
+    assert (hp.num_epochs, hp.average_last, hp.precision) == (20, 1, "float32")
+    assert (hyperparams.preset("multi30k").num_epochs, hyperparams.preset("multi30k").average_last) == (20, 5)
+
+
 def test_wall_seconds_adds_the_clocks_of_a_resumed_run():
     # train.py's elapsed_seconds restarts with each process: epochs 1-2, then a resume for 3-4
     history = [{"elapsed_seconds": t} for t in (60.0, 120.0, 70.0, 130.0)]
@@ -167,7 +192,8 @@ def test_every_row_is_settings_that_train_and_eval_accept():
     surface only when the table's run reaches that row, hours in)."""
     for name, (train_args, eval_args, what) in VARIANTS.items():
         assert what and len(train_args) % 2 == 0 and len(eval_args) % 2 == 0, name
-        decoding = [x for option, value in zip(eval_args[::2], eval_args[1::2])
-                    if option != "--average_last" for x in (option, value)]  # that one is eval.py's own
-        _, _, overrides = hyperparams.parse_args("ablate", ["--preset", "multi30k", *train_args, *decoding])
-        assert set(overrides) == {option[2:] for option in (train_args + decoding)[::2]}, name
+        _, _, overrides = hyperparams.parse_args("ablate", ["--preset", "multi30k", *train_args, *eval_args])
+        assert set(overrides) == {option[2:] for option in (train_args + eval_args)[::2]}, name
+    for preset, (settings, why) in TABLE_BASE.items():
+        assert why and set(hyperparams.parse_args("ablate", ["--preset", preset, *settings])[2]) == \
+            {option[2:] for option in settings[::2]}, preset

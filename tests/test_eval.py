@@ -1,7 +1,9 @@
 """eval.py: scores, beam search and averaged checkpoints, and its one-line errors (on the quick start's model)."""
+import dataclasses
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -49,7 +51,7 @@ def test_eval_beam_search_and_checkpoint_averaging(quick_start):
     assert "mean of the newest 3" in run.stdout
     assert run.stdout.strip().splitlines()[-1].endswith(", beam 4, alpha 0.6")
     too_many = run_script("eval.py", *dirs, "--average_last", "9")
-    assert too_many.returncode == 2 and "only 5 checkpoints" in too_many.stderr
+    assert too_many.returncode == 2 and "than the run keeps (keep_checkpoints 5)" in too_many.stderr
 
 
 @pytest.mark.slow
@@ -59,8 +61,8 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
     import checkpoints
     import eval as evaluation
     import hyperparams
-    hp = hyperparams.load_hparams(str(quick_start.log))
-    model, _, name = evaluation.load_trained(hp, average_last=3)
+    hp = dataclasses.replace(hyperparams.load_hparams(str(quick_start.log)), average_last=3)
+    model, _, name = evaluation.load_trained(hp)
     paths = [path for _, path in checkpoints.epoch_checkpoints(hp.logdir)[-3:]]
     each = [checkpoints.load(path, hp).get_weights() for path in paths]
     got = model.get_weights()
@@ -69,6 +71,27 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
         np.testing.assert_allclose(mean, np.mean(weights, axis=0), rtol=1e-6, atol=1e-7)
     assert not all(np.array_equal(a, b) for a, b in zip(got, each[-1]))  # not simply the newest
     assert name == paths[-1][:-len(".keras")] + "_avg3.keras"
+    alone = evaluation.load_trained(hp, ckpt=paths[0])  # a checkpoint named is loaded alone
+    assert alone[2] == paths[0]
+    for mine, its in zip(alone[0].get_weights(), each[0]):
+        np.testing.assert_array_equal(mine, its)
+
+
+@pytest.mark.slow
+def test_a_run_with_fewer_epochs_than_average_last_averages_those_it_has(quick_start, tmp_path):
+    import checkpoints
+    import hyperparams
+    from runs import load_trained
+    run = tmp_path / "run"
+    shutil.copytree(quick_start.log / "vocab", run / "vocab")
+    shutil.copy(quick_start.log / "hparams.json", run)
+    newest = [path for _, path in checkpoints.epoch_checkpoints(str(quick_start.log))[-2:]]
+    (run / "ckpt").mkdir()
+    for path in newest:
+        shutil.copy(path, run / "ckpt")
+    hp = dataclasses.replace(hyperparams.load_hparams(str(run)), average_last=5)
+    _, _, name = load_trained(hp)
+    assert name == str(run / "ckpt" / os.path.basename(newest[-1]))[:-len(".keras")] + "_avg2.keras"
 
 
 def test_a_damaged_checkpoint_is_a_one_line_error(quick_start, tmp_path):
