@@ -45,23 +45,6 @@ SETTINGS = hyperparams.DECODING
 FORMATS = ("saved_model", "ctranslate2")
 
 
-def float32_twin(model):
-    """The model built again computing in float32, with the same weights: a model trained in mixed
-    precision keeps its weights in float32 and computes in bfloat16 or float16, whose rounding (a
-    token's log-probability off by 1e-2) CTranslate2's float32 would be checked against."""
-    import keras
-
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")  # the twin's layers take the policy when they are made
-    try:
-        twin = model.__class__.from_config({**model.get_config(), "dtype": "float32"})
-        twin.build_with_dummy()
-    finally:
-        keras.config.set_dtype_policy(previous)
-    twin.set_weights(model.get_weights())
-    return twin
-
-
 def main(argv=None):
     def add_arguments(parser):
         parser.add_argument("--format", required=True, choices=FORMATS, help="what to write")
@@ -85,7 +68,11 @@ def main(argv=None):
     os.makedirs(parent, exist_ok=True)
     translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
     if args.format == "ctranslate2" and translator.model.compute_dtype != "float32":
-        translator.model = float32_twin(translator.model)  # CTranslate2 computes from the float32 weights
+        # CTranslate2 computes in float32 from the float32 weights: the model it is checked against
+        # computes in float32 too (bfloat16's rounding moves a token's log-probability by about 1e-2)
+        import model as transformer  # Keras is loaded by now
+
+        translator.model = transformer.rebuild(translator.model, dtype="float32")
     work = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)  # the folder appears once complete
     try:
         target = os.path.join(work, "model")

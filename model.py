@@ -192,11 +192,19 @@ def make_model(hp, vocab_size, output_ids=None):
     return model
 
 
-def rebuild(model, kernels):
-    """The same model (its config and weights) built with another --kernels' parts: a second model,
-    the first left as it was."""
-    twin = Transformer.from_config({**model.get_config(), "kernels": kernels})
-    twin.build_with_dummy()
+def rebuild(model, kernels=None, dtype=None):
+    """The same model (its config and weights) built again with another --kernels' parts or in
+    another dtype policy (e.g. "float32" for a model trained in mixed precision, whose weights are
+    float32 already): a second model, the first left as it was."""
+    config = {**model.get_config(), **({"kernels": kernels} if kernels else {}), **({"dtype": dtype} if dtype else {})}
+    previous = keras.config.dtype_policy()
+    if dtype:
+        keras.config.set_dtype_policy(dtype)  # the layers take the policy when they are made
+    try:
+        twin = Transformer.from_config(config)
+        twin.build_with_dummy()
+    finally:
+        keras.config.set_dtype_policy(previous)
     twin.set_weights(model.get_weights())
     return twin
 
