@@ -337,10 +337,20 @@ def compiled(model, name):
             import tensorflow as tf
             loop = name.endswith("_loop")
             fn = tf.function(fn, jit_compile=loop, reduce_retracing=not loop, autograph=False)
+            tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
         elif keras.backend.backend() == "jax":
             fn = jax_jit(model, fn, static=JAX_STATIC_ARGS.get(name, ()))
         cache[name] = fn
     return cache[name]
+
+
+def expected_retracing(record):
+    """False for TensorFlow's warning that a decoding loop was traced again: the loops compile once
+    per batch shape on purpose (length-sorted batches come in many), so the warning's advice does
+    not apply; a warning about any other function is kept."""
+    message = record.getMessage()
+    return not ("triggered tf.function retracing" in message
+                and any(f"<function {name} " in message for name in ("greedy_loop", "beam_loop")))
 
 
 def jax_jit(model, fn, static=()):

@@ -214,3 +214,22 @@ def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
     for model, length, want in ((sinusoid, 13, 29), (learned, 8, 22), (learned, 16, 30)):
         assert decoding.default_max_len(model, length) == want
         assert int(ops.convert_to_numpy(decoding.default_max_len(model, ops.convert_to_tensor(length)))) == want
+
+
+def test_the_retracing_warning_of_a_decoding_loop_is_filtered_and_no_other(copy_model):
+    """Each batch shape compiles the decoding loops once, on purpose: TensorFlow's warning about it
+    (printed by eval.py over length-sorted batches) is left out; a retraced training step still warns."""
+    import logging
+
+    decoding.compiled(copy_model[0], "beam_loop")
+
+    def kept(function):
+        message = (f"5 out of the last 22 calls to functools.partial(<function {function} at 0x7f0c>, "
+                   f"<Transformer name=transformer, built=True>) triggered tf.function retracing.")
+        return decoding.expected_retracing(logging.LogRecord("tensorflow", logging.WARNING, "", 0, message, None,
+                                                             None))
+
+    assert not kept("beam_loop") and not kept("greedy_loop") and kept("train_step")
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+        assert decoding.expected_retracing in tf.get_logger().filters
