@@ -196,7 +196,11 @@ def rebuild(model, kernels=None, dtype=None):
     """The same model (its config and weights) built again with another --kernels' parts or in
     another dtype policy (e.g. "float32" for a model trained in mixed precision, whose weights are
     float32 already): a second model, the first left as it was."""
-    config = {**model.get_config(), **({"kernels": kernels} if kernels else {}), **({"dtype": dtype} if dtype else {})}
+    config = model.get_config()
+    if kernels:
+        config["kernels"] = kernels
+    if dtype:
+        config["dtype"] = dtype
     previous = keras.config.dtype_policy()
     if dtype:
         keras.config.set_dtype_policy(dtype)  # the layers take the policy when they are made
