@@ -16,11 +16,10 @@ Decoding is the run's --beam_size and --alpha (its preset's; greedy where the be
 them to decode otherwise.
 """
 import os
-import re
 
 import data_load
 import hyperparams
-from runs import load_trained
+from runs import averaged_count, load_trained
 from scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from utils import check_writable, run_cli, section
 
@@ -45,8 +44,8 @@ def main(argv=None):
 
     section("Load model")
     model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given)
-    averaged = re.search(r"_avg(\d+)\.keras$", ckpt)
-    print(f"checkpoint {ckpt}" + (f" (the mean of the newest {averaged.group(1)})" if averaged else ""))
+    averaged = averaged_count(ckpt)
+    print(f"checkpoint {ckpt}" + (f" (the mean of the newest {averaged})" if averaged > 1 else ""))
 
     check_writable(os.path.join(hp.logdir, "results"))  # before translating, not after
     section(f"Translate the {args.split} split")

@@ -9,6 +9,7 @@ A run is a log directory: its settings (hparams.json), its vocabulary (vocab/) a
 """
 import dataclasses
 import os
+import re
 
 import checkpoints
 import data_load
@@ -38,6 +39,12 @@ def load_trained(hp, ckpt=None, preset=None):
         return checkpoints.load(paths[0], hp, meta), sp, paths[0]
     name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
     return checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name)
+
+
+def averaged_count(name):
+    """How many checkpoints went into what load_trained named name (1 for a checkpoint alone)."""
+    found = re.search(r"_avg(\d+)\.keras$", name)
+    return int(found.group(1)) if found else 1
 
 
 class Translator:

@@ -71,8 +71,9 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
         np.testing.assert_allclose(mean, np.mean(weights, axis=0), rtol=1e-6, atol=1e-7)
     assert not all(np.array_equal(a, b) for a, b in zip(got, each[-1]))  # not simply the newest
     assert name == paths[-1][:-len(".keras")] + "_avg3.keras"
+    assert evaluation.averaged_count(name) == 3
     alone = evaluation.load_trained(hp, ckpt=paths[0])  # a checkpoint named is loaded alone
-    assert alone[2] == paths[0]
+    assert alone[2] == paths[0] and evaluation.averaged_count(alone[2]) == 1
     for mine, its in zip(alone[0].get_weights(), each[0]):
         np.testing.assert_array_equal(mine, its)
 
