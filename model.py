@@ -197,12 +197,11 @@ def rebuild(model, kernels=None, dtype=None):
     another dtype policy (e.g. "float32" for a model trained in mixed precision, whose weights are
     float32 already): a second model, the first left as it was."""
     config = model.get_config()
+    previous = keras.config.dtype_policy()
     if kernels:
         config["kernels"] = kernels
     if dtype:
         config["dtype"] = dtype
-    previous = keras.config.dtype_policy()
-    if dtype:
         keras.config.set_dtype_policy(dtype)  # the layers take the policy when they are made
     try:
         twin = Transformer.from_config(config)
