@@ -77,7 +77,6 @@ INLINE_NOT_RUN = [
      r"( --ledger docs/ablations.json)?( --precision float32)?$",
      "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
     ("docs/ablations.md", r"python bench/train_speed\.py --preset multi30k", FIGURE),
-    ("docs/ablations.md", r"python plot.py <", "has a placeholder for the reference's runs (outside the project)"),
     ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
      "four trainings at the multi30k_reference size (hours); tests/test_reference.py runs the same command at test "
      "size (one epoch of a tiny model a run)"),
