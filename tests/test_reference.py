@@ -62,6 +62,9 @@ def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
     assert ("sacreBLEU: the reference 20.50 (runs 20.00, 21.00), the port 23.50 (seeds 23.00, 24.00), a difference of "
             "+3.00 against runs that differ among themselves by up to 1.00") in table
     assert "With 2 runs a side" in table
+    alone = reference.curves_table([run([5.0], [10.0])], [run([5.1], [12.0]), run([5.3], [13.0])])
+    assert ("a difference of +2.50, with one run on a side: nothing to measure how far runs differ" in alone
+            and "differ among themselves" not in alone)  # one run has no spread, not a spread of 0
 
 
 def test_a_reference_run_is_read_from_its_own_summaries_and_translation_files(quick_start, tmp_path):
