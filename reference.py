@@ -528,11 +528,11 @@ def curves_table(reference_runs, port_runs):
         if not all(finals):
             continue
         (ref, port), spread = (statistics.mean(f) for f in finals), max(max(f) - min(f) for f in finals)
+        measured = (f" against runs that differ among themselves by up to {spread:.2f}" if min(map(len, finals)) > 1
+                    else ", with one run on a side: nothing to measure how far runs differ")
         verdicts.append(f"{metric}: the reference {ref:.2f} (runs {', '.join(f'{v:.2f}' for v in finals[0])}), the "
                         f"port {port:.2f} (seeds {', '.join(f'{v:.2f}' for v in finals[1])}), a difference of "
-                        f"{port - ref:+.2f}" + (f" against runs that differ among themselves by up to {spread:.2f}"
-                                                if min(map(len, finals)) > 1 else ", with one run on a side: "
-                                                "nothing to measure how far runs differ"))
+                        f"{port - ref:+.2f}{measured}")
     runs = min(len(reference_runs), len(port_runs))
     lines += ["", "Dev BLEU at the last epoch, " + "; ".join(verdicts) + ". " +
               (f"With {runs} runs a side, a difference within the runs' own spread cannot be told from the "
