@@ -12,6 +12,7 @@ commit fb023bb (master, 2019-09-24), its train.py unedited, on today's TensorFlo
         --reference_dir ../kyubyong-transformer
     python reference.py curves --prepro_dir prepro/multi30k --workdir log/reference/curves \\
         --reference_dir ../kyubyong-transformer -- --warmup_steps 1000
+    python reference.py curves --draw --workdir docs/reference_curves
 
 `train` does this:
   - writes the ids of --prepro_dir (prepro.py's, the port's own) in the reference's input format
@@ -39,7 +40,9 @@ training steps, the same greedy translations, and the same BLEU (check() says ho
 `curves` trains the reference's train.py and the port's multi30k_reference preset side by side
 (two runs a side by default, hours on a CPU) and draws their training loss and dev BLEU by epoch
 in one picture, with a table and a verdict (reference_history reads the reference's own summaries
-and translation files).
+and translation files). Each run keeps its epochs in its history.jsonl; `curves --draw` trains
+nothing and draws the runs as far as they have gone, and a run finished on another machine joins by
+copying its history.jsonl into the same place under --workdir.
 
 `convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
 wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
@@ -527,60 +530,95 @@ def curves_table(reference_runs, port_runs):
         finals = [[h[-1][key] for h in runs if h] for runs in (reference_runs, port_runs)]
         if not all(finals):
             continue
-        (ref, port), spread = (statistics.mean(f) for f in finals), max(max(f) - min(f) for f in finals)
-        measured = (f" against runs that differ among themselves by up to {spread:.2f}" if min(map(len, finals)) > 1
-                    else ", with one run on a side: nothing to measure how far runs differ")
+        ref, port = (statistics.mean(f) for f in finals)
+        spreads = {side: max(f) - min(f) for side, f in zip(("the reference's runs", "the port's seeds"), finals)
+                   if len(f) > 1}  # largest minus smallest run, where a side has more than one
+        if len(spreads) == 2:
+            measured = f" against runs that differ among themselves by up to {max(spreads.values()):.2f}"
+        elif spreads:
+            ((side, spread),) = spreads.items()
+            measured = f"; {side} differ by {spread:.2f}, the other side's one run has no spread to measure"
+        else:
+            measured = ", with one run on a side: nothing to measure how far runs differ"
         verdicts.append(f"{metric}: the reference {ref:.2f} (runs {', '.join(f'{v:.2f}' for v in finals[0])}), the "
                         f"port {port:.2f} (seeds {', '.join(f'{v:.2f}' for v in finals[1])}), a difference of "
                         f"{port - ref:+.2f}{measured}")
     runs = min(len(reference_runs), len(port_runs))
-    lines += ["", "Dev BLEU at the last epoch, " + "; ".join(verdicts) + ". " +
+    at = ("at the last epoch" if len({len(h) for h in reference_runs + port_runs}) == 1 else
+          "at each run's last epoch so far (the runs have not all reached the same epoch)")
+    lines += ["", f"Dev BLEU {at}, " + "; ".join(verdicts) + ". " +
               (f"With {runs} runs a side, a difference within the runs' own spread cannot be told from the "
                f"variation between runs, and a larger one is a sign, not a measured effect: it would take more runs "
                f"to put an interval on it." if runs > 1 else
-               "One run a side: nothing here can be told from the variation between runs.")]
+               f"One run {'a side' if len(reference_runs) == len(port_runs) else 'on one side'}: nothing here can "
+               f"be told from the variation between runs.")]
     return "\n".join(lines) + "\n"
 
 
-def curves(code, prepro_dir, workdir, runs, args):
+def recorded(path):
+    """The epochs of a run's history.jsonl, [] where there is none yet."""
+    import pictures
+
+    return pictures.read_history(path) if os.path.exists(path) else []
+
+
+def curves(code, prepro_dir, workdir, runs, args, draw=False):
     """The reference's unedited train.py and the port's CURVES_PRESET, `runs` runs a side on
     prepro_dir's ids, args going to both (e.g. --warmup_steps 1000): <workdir>/reference/run<N>
     and <workdir>/port/seed<N>, then <workdir>/curves.png (every run's training loss and dev BLEU by
-    epoch, pictures.plot_runs) and <workdir>/curves.md (curves_table). Finished runs are not run
-    again, and a stopped one resumes (each side resumes from its newest checkpoint)."""
+    epoch, pictures.plot_runs) and <workdir>/curves.md (curves_table). Every run keeps its epochs
+    in its own history.jsonl (the reference's written from its logs by reference_history), and a
+    run whose history.jsonl holds every epoch is finished, its logs there or not: runs made on other
+    machines join by that file. A stopped run resumes from its newest checkpoint. draw: train
+    nothing (code, prepro_dir and args unused but to read a reference run's logs), and draw the
+    runs as far as they have gone."""
     import pictures
 
     hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
-    files = write_inputs(prepro_dir, os.path.join(workdir, "data"))
+    files = None if draw else write_inputs(prepro_dir, os.path.join(workdir, "data"))
     wanted = epochs_in(args, hp.num_epochs)  # a run with this many epochs is finished
     reference_runs, port_runs = [], []
     for number in range(1, runs + 1):
         run_dir = os.path.join(workdir, "reference", f"run{number}")
-        started = os.path.exists(os.path.join(run_dir, "log", "1", "hparams"))
-        history = reference_history(run_dir, prepro_dir) if started else []
-        if len(history) < wanted:
+        saved = os.path.join(run_dir, "history.jsonl")
+        history = recorded(saved)
+        if len(history) < wanted and os.path.exists(os.path.join(run_dir, "log", "1", "hparams")):
+            if prepro_dir is None:
+                raise UserError(f"{run_dir} has the reference's logs but no finished history.jsonl: give "
+                                f"--prepro_dir (the ids it trained on) to score its translation files")
+            history = reference_history(run_dir, prepro_dir)
+        if len(history) < wanted and not draw:
             train_reference(code, files, run_dir, [*reference_args(hp), *args])
             history = reference_history(run_dir, prepro_dir)
+        if history and history != recorded(saved):
+            with open(saved, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(epoch) + "\n" for epoch in history)
         reference_runs.append(history)
         logdir = os.path.join(workdir, "port", f"seed{number}")
         saved = os.path.join(logdir, "history.jsonl")
-        if not os.path.exists(saved) or len(pictures.read_history(saved)) < wanted:
+        if len(recorded(saved)) < wanted and not draw:
             command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
                        "--preset", CURVES_PRESET, "--prepro_dir", prepro_dir, "--logdir", logdir, "--seed", str(number),
                        *args]
             print(" ".join(command), flush=True)
             if subprocess.run(command).returncode != 0:
                 raise UserError(f"train.py stopped for {logdir} (its output above)")
-        port_runs.append(pictures.read_history(saved))
+        port_runs.append(recorded(saved))
+    reference_runs, port_runs = [h for h in reference_runs if h], [h for h in port_runs if h]
+    if not reference_runs or not port_runs:
+        raise UserError(f"{workdir}: no epoch of {'the reference' if not reference_runs else 'the port'} to draw "
+                        f"yet (reference/run<N>/ and port/seed<N>/ hold the runs)")
     compared = ("epoch", "train_loss", "dev_bleu", "dev_bleu_reference")  # what both sides measure
     named = [(f"{side} {n}", [{key: e.get(key) for key in compared} for e in history])
              for side, runs in (("reference run", reference_runs), ("port seed", port_runs))
              for n, history in enumerate(runs, 1)]
     pictures.plot_runs(named, os.path.join(workdir, "curves.png"))
     table = curves_table(reference_runs, port_runs)
+    settings = "" if draw else (f"Both trained on {prepro_dir}; settings given to both: "
+                                f"{' '.join(args) or 'none'}.\n\n")
     with open(os.path.join(workdir, "curves.md"), "w", encoding="utf-8") as f:
         f.write(f"# The reference's code (commit {COMMIT[:7]}, 2019-09-24) beside the port's {CURVES_PRESET}\n\n"
-                f"Both trained on {prepro_dir}; settings given to both: {' '.join(args) or 'none'}.\n\n" + table)
+                + settings + table)
     print(table, end="")
     print(f"wrote {os.path.join(workdir, 'curves.png')} and {os.path.join(workdir, 'curves.md')}")
 
@@ -642,15 +680,27 @@ def main(argv=None):
                f"the reference gets the {CURVES_PRESET} preset's sizes and batch of sentences. Stopped, it "
                f"starts again where it was: finished runs are kept, and each side resumes from its newest "
                f"checkpoint.")
-    curves_parser.add_argument("--prepro_dir", required=True, metavar="PATH",
-                               help="prepro.py's output to train on (the preset's: prepro/multi30k)")
+    curves_parser.add_argument("--prepro_dir", metavar="PATH",
+                               help="prepro.py's output to train on (the preset's: prepro/multi30k); with --draw, "
+                                    "needed only to read a reference run that has its logs and no finished "
+                                    "history.jsonl")
     curves_parser.add_argument("--workdir", required=True, metavar="PATH",
                                help="where the runs (reference/run<N>, port/seed<N>), curves.png and curves.md go")
     curves_parser.add_argument("--runs", type=int, default=2, metavar="N", help="runs a side (default 2)")
+    curves_parser.add_argument("--draw", action="store_true",
+                               help="train nothing: draw curves.png and curves.md from the runs in --workdir as far "
+                                    "as they have gone (their history.jsonl, or a reference run's logs)")
     reference_dir_option(curves_parser)
     args = parser.parse_args(own)
     if args.command == "curves" and args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.command == "curves" and not args.draw and not args.prepro_dir:
+        parser.error("curves needs --prepro_dir (the ids to train on), unless it only draws (--draw)")
+    if args.command == "curves" and args.draw:
+        if rest:
+            parser.error("curves --draw trains nothing and takes no arguments after --")
+        curves(None, args.prepro_dir, args.workdir, args.runs, [], draw=True)
+        return
     if args.command == "check":
         if rest:
             parser.error("check takes no arguments after --")

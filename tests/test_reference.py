@@ -4,13 +4,14 @@ reference.py convert). Skipped, with the reason, where the reference's files or 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 import reference
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_one_line_error, run_script
 
 CODE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "kyubyong-transformer-fb023bb")
 
@@ -63,8 +64,55 @@ def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
             "+3.00 against runs that differ among themselves by up to 1.00") in table
     assert "With 2 runs a side" in table
     alone = reference.curves_table([run([5.0], [10.0])], [run([5.1], [12.0]), run([5.3], [13.0])])
-    assert ("a difference of +2.50, with one run on a side: nothing to measure how far runs differ" in alone
-            and "differ among themselves" not in alone)  # one run has no spread, not a spread of 0
+    assert ("a difference of +2.50; the port's seeds differ by 1.00, the other side's one run has no spread to "
+            "measure" in alone and "differ among themselves" not in alone)  # one run: no spread, not a spread of 0
+    assert "One run on one side: nothing here can be told" in alone
+    one_each = reference.curves_table([run([5.0], [10.0])], [run([5.1], [12.0])])
+    assert "+2.00, with one run on a side: nothing to measure" in one_each and "One run a side: nothing" in one_each
+
+
+def test_curves_draw_joins_runs_by_their_history_files_and_trains_nothing(tmp_path):
+    """curves --draw: a reference run with a finished history.jsonl and no logs (a run made on
+    another machine) and port seeds of 2 and 1 epochs are drawn as far as they go, the verdict
+    saying the runs have not all reached the same epoch; nothing is trained or written but the
+    picture and the table. With no run of one side, a one-line error names the folder."""
+    def write(path, epochs, **extra):
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(dict(epoch=e, train_loss=6.0 - e, dev_bleu=10.0 * e,
+                                                dev_bleu_reference=10.0 * e - 1, **extra)) + "\n"
+                                for e in range(1, epochs + 1)), encoding="utf-8")
+
+    work = tmp_path / "work"
+    write(work / "reference" / "run1" / "history.jsonl", 20, multi_bleu=1.0)
+    write(work / "port" / "seed1" / "history.jsonl", 2)
+    write(work / "port" / "seed2" / "history.jsonl", 1)
+    run = run_script("reference.py", "curves", "--draw", "--workdir", str(work))
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = (work / "curves.md").read_text(encoding="utf-8")
+    assert "| 2 | 4.00 | 4.00 | 20.00 | 20.00 | 19.00 | 19.00 |" in table and "| port seed 2 | 1 | 10.00 |" in table
+    assert "at each run's last epoch so far (the runs have not all reached the same epoch)" in table
+    assert "the port 15.00 (seeds 20.00, 10.00)" in table and "settings given to both" not in table
+    assert sorted(p.name for p in work.iterdir()) == ["curves.md", "curves.png", "port", "reference"]
+    assert (work / "curves.png").stat().st_size > 10000
+    empty = tmp_path / "empty"
+    write(empty / "reference" / "run1" / "history.jsonl", 3)
+    assert_one_line_error(run_script("reference.py", "curves", "--draw", "--workdir", str(empty)),
+                          rf"{re.escape(str(empty))}: no epoch of the port to draw yet")
+    run = run_script("reference.py", "curves", "--workdir", str(empty))
+    assert run.returncode == 2 and "curves needs --prepro_dir" in run.stderr, run.stderr[-2000:]
+
+
+def test_the_documents_curves_are_drawn_from_the_runs_records(tmp_path):
+    """docs/reference_curves/curves.md is what `reference.py curves --draw` makes of the runs'
+    history.jsonl files beside it: the table in the documents comes from the records, unedited."""
+    records = os.path.join(ROOT, "docs", "reference_curves")
+    work = tmp_path / "reference_curves"
+    shutil.copytree(records, work, ignore=shutil.ignore_patterns("curves.*"))
+    run = run_script("reference.py", "curves", "--draw", "--workdir", str(work))
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(os.path.join(records, "curves.md"), encoding="utf-8") as f:
+        assert (work / "curves.md").read_text(encoding="utf-8") == f.read()
+    assert os.path.isfile(os.path.join(records, "curves.png"))
 
 
 def test_a_reference_run_is_read_from_its_own_summaries_and_translation_files(quick_start, tmp_path):
