@@ -80,6 +80,9 @@ INLINE_NOT_RUN = [
     ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
      "four trainings at the multi30k_reference size (hours); tests/test_reference.py runs the same command at test "
      "size (one epoch of a tiny model a run)"),
+    ("docs/ablations.md", r"python reference.py curves --draw --workdir docs/reference_curves$",
+     "draws the records in docs/reference_curves in place; tests/test_reference.py runs it on a copy of that folder "
+     "and checks it makes the curves.md there"),
     ("*", r"bash demo\.sh$", SKIPPED["bash demo.sh"]),
     ("*", r"bash setup\.sh", SKIPPED["bash setup.sh"]),
     ("docs/using.md", r"\.venv/bin/tensorboard --logdir",
