@@ -581,7 +581,7 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
     for number in range(1, runs + 1):
         run_dir = os.path.join(workdir, "reference", f"run{number}")
         saved = os.path.join(run_dir, "history.jsonl")
-        history = recorded(saved)
+        history = kept = recorded(saved)
         if len(history) < wanted and os.path.exists(os.path.join(run_dir, "log", "1", "hparams")):
             if prepro_dir is None:
                 raise UserError(f"{run_dir} has the reference's logs but no finished history.jsonl: give "
@@ -590,20 +590,22 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
         if len(history) < wanted and not draw:
             train_reference(code, files, run_dir, [*reference_args(hp), *args])
             history = reference_history(run_dir, prepro_dir)
-        if history and history != recorded(saved):
+        if history and history != kept:
             with open(saved, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(epoch) + "\n" for epoch in history)
         reference_runs.append(history)
         logdir = os.path.join(workdir, "port", f"seed{number}")
         saved = os.path.join(logdir, "history.jsonl")
-        if len(recorded(saved)) < wanted and not draw:
+        history = recorded(saved)
+        if len(history) < wanted and not draw:
             command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
                        "--preset", CURVES_PRESET, "--prepro_dir", prepro_dir, "--logdir", logdir, "--seed", str(number),
                        *args]
             print(" ".join(command), flush=True)
             if subprocess.run(command).returncode != 0:
                 raise UserError(f"train.py stopped for {logdir} (its output above)")
-        port_runs.append(recorded(saved))
+            history = recorded(saved)
+        port_runs.append(history)
     reference_runs, port_runs = [h for h in reference_runs if h], [h for h in port_runs if h]
     if not reference_runs or not port_runs:
         raise UserError(f"{workdir}: no epoch of {'the reference' if not reference_runs else 'the port'} to draw "
