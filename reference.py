@@ -37,12 +37,13 @@ code in its own process, which the reference's test.py restores.
 same random weights at a tiny size, give the same logits, the same losses and weights over five
 training steps, the same greedy translations, and the same BLEU (check() says how each is compared).
 
-`curves` trains the reference's train.py and the port's multi30k_reference preset side by side
-(two runs a side by default, hours on a CPU) and draws their training loss and dev BLEU by epoch
-in one picture, with a table and a verdict (reference_history reads the reference's own summaries
-and translation files). Each run keeps its epochs in its history.jsonl; `curves --draw` trains
-nothing and draws the runs as far as they have gone, and a run finished on another machine joins by
-copying its history.jsonl into the same place under --workdir.
+`curves` reproduces it all: the equality report first, on the ids it trains on (it stops there if a
+row fails), then the reference's train.py and the port's multi30k_reference preset side by side (two
+runs a side by default, hours on a CPU: docs/ablations.md says how many), and it draws their
+training loss and dev BLEU by epoch in one picture, with a table and a verdict (reference_history
+reads the reference's own summaries and translation files). Each run keeps its epochs in its
+history.jsonl; `curves --draw` trains nothing and draws the runs as far as they have gone, and a run
+finished on another machine joins by copying its history.jsonl into the same place under --workdir.
 
 `convert` makes a run folder of the port from a reference checkpoint (the prefix its tf.train.Saver
 wrote; its hparams file beside it gives the sizes): the iwslt2016 preset (every choice of the
@@ -332,7 +333,8 @@ def greedy_differences(theirs, model, hp, prepro_dir):
     return compared, differ, len(dev) - compared
 
 
-# The check's model: tiny (the equalities do not depend on the size), every length the sample's
+# The check's model: tiny (the equalities do not depend on the size), every length the sample's;
+# check() stretches maxlen1 and maxlen2 to longer sentences (the reference's tables stop there)
 CHECK_SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "24",
                "--maxlen2", "24"]
 # Its training: dropout off, and a peak learning rate of 0.01 at step 3, so that each step moves the
@@ -350,7 +352,7 @@ class Row(typing.NamedTuple):
     ok: bool = True
 
     def line(self):
-        bound = "" if self.bound is None else f" (at most {self.bound:g})"
+        bound = "" if self.bound is None else f" (at most {self.bound:.3g})"
         return f"{'ok  ' if self.ok else 'FAIL'} {self.what}: {self.figure:.3g}{bound}"
 
 
@@ -367,9 +369,11 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     2. Training: `steps` steps of each side's own training (the reference's train(): its loss,
        noam_scheme, tf.train.AdamOptimizer; the port: the iwslt2016 preset's loss, schedule and Adam,
        compiled by from_reference) on the same batches of `sentences` pairs, dropout off: each
-       step's loss, and every weight after each step. The attention's key biases are reported
-       apart: q . b_k is the same for every key, so the softmax ignores them and their true
-       gradient is 0; Adam turns each engine's rounding noise into tiny steps of its own.
+       step's loss, and every weight after each step, within TOLERANCE or within twice the port's
+       own float32 noise (the port trained again with XLA), whichever is larger. The attention's
+       key biases are reported apart: q . b_k is the same for every key, so the softmax ignores
+       them and their true gradient is 0; Adam turns each engine's rounding noise into tiny steps
+       of its own.
     3. Greedy decoding: the trained weights, written as the reference's checkpoint (to_reference),
        restored by its own test.py, which translates dev: its lines and the port's uncached greedy
        decoding of dev, line by line. The reference's argmax may choose <pad> or <s>, which the
@@ -388,15 +392,26 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
         raise UserError(f"--prepro_dir {prepro_dir}: {len(src)} training pairs, the check needs {steps * sentences}")
     batches = [data_load.training_arrays(src[i:i + sentences], tgt[i:i + sentences], multiple=1)
                for i in range(0, steps * sentences, sentences)]
+    dev, _ = data_load.load_split(prepro_dir, "dev")
+    longest = max(len(ids) for ids in [*src[:steps * sentences], *tgt[:steps * sentences], *dev]) + 1  # </s>
+    maxlen = str(max(longest, int(CHECK_SIZES[CHECK_SIZES.index("--maxlen1") + 1])))
+    sizes = [*CHECK_SIZES, "--maxlen1", maxlen, "--maxlen2", maxlen]  # the last given wins
     np.savez(os.path.join(workdir, "batches.npz"), **{f"{k}{i}": a for i, ((x, d), y) in enumerate(batches)
                                                       for k, a in (("x", x), ("d", d), ("y", y))})
     logdir, out = os.path.join(workdir, "reference"), os.path.join(workdir, "reference.npz")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_process", "check.py")
-    if run_reference(code, workdir, script, [os.path.join(workdir, "batches.npz"), out, *files, *CHECK_SIZES,
+    if run_reference(code, workdir, script, [os.path.join(workdir, "batches.npz"), out, *files, *sizes,
                                              *CHECK_TRAINING, "--logdir", logdir]) != 0:
         raise UserError("the reference's code stopped (its output above)")
     want = np.load(out)
     model, hp = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port"))
+    # The port's own float32 noise: the same steps from the same weights, compiled by XLA (the same
+    # sums in another order). Adam divides each weight's gradient by that weight's own history, so
+    # where a gradient is a near-cancellation of large terms its rounding grows into the step; with
+    # thousands of pieces this reaches 1e-5 in five steps. A weight bound below it would test noise.
+    again, _ = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port_xla"))
+    again.jit_compile = not model.jit_compile
+    again.make_train_function(force=True)
 
     (x, d), y = batches[0]
     logits = ops.convert_to_numpy(model((x, d), training=False))  # (N, T2, V)
@@ -408,14 +423,19 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     key_biases = 0.0
     for k, ((x, d), y) in enumerate(batches, 1):
         loss = float(model.train_on_batch((x, d), y))
+        again.train_on_batch((x, d), y)
         rows.append(within(f"step {k}: the loss, difference", abs(loss - float(want[f"{k}:loss"])), TOLERANCE))
-        largest = 0.0
-        for variable, value in weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]):
+        largest = own = 0.0
+        for (variable, value), (other, _) in zip(weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]),
+                                                 weight_names(again)):
             if variable.path.endswith("key/bias"):
                 key_biases = max(key_biases, np.abs(np.array(variable)).max(), np.abs(value).max())
             else:
                 largest = max(largest, np.abs(np.array(variable) - value).max())
-        rows.append(within(f"step {k}: every weight but the key biases, largest difference", largest, TOLERANCE))
+                own = max(own, np.abs(np.array(variable) - np.array(other)).max())
+        rows.append(within(f"step {k}: every weight but the key biases, largest difference (the port against itself "
+                           f"with XLA: {own:.3g}; the bound: {TOLERANCE:g}, or twice that if larger)",
+                           largest, max(TOLERANCE, 2 * own)))
     rows.append(within("the attention's key biases (true gradient 0), largest value on either side", key_biases, 1e-3))
     moved = max(np.abs(np.array(variable) - b).max() for (variable, _), b in zip(names, before))
     rows.append(Row("the steps moved the weights by (largest change)", float(moved)))
@@ -425,7 +445,7 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     test_dir = os.path.join(workdir, "export", "test")
     if run_reference(code, os.path.join(workdir, "export"), "test.py",
                      ["--test1", given["--eval1"], "--test2", given["--eval3"], "--vocab", given["--vocab"],
-                      "--vocab_size", given["--vocab_size"], *CHECK_SIZES, "--ckpt", prefix,
+                      "--vocab_size", given["--vocab_size"], *sizes, "--ckpt", prefix,
                       "--testdir", test_dir]) != 0:
         raise UserError("the reference's test.py stopped (its output above)")
     (written,) = [name for name in os.listdir(test_dir) if name.startswith(os.path.basename(prefix))]
@@ -564,19 +584,28 @@ def recorded(path):
 
 def curves(code, prepro_dir, workdir, runs, args, draw=False):
     """The reference's unedited train.py and the port's CURVES_PRESET, `runs` runs a side on
-    prepro_dir's ids, args going to both (e.g. --warmup_steps 1000): <workdir>/reference/run<N>
-    and <workdir>/port/seed<N>, then <workdir>/curves.png (every run's training loss and dev BLEU by
-    epoch, pictures.plot_runs) and <workdir>/curves.md (curves_table). Every run keeps its epochs
-    in its own history.jsonl (the reference's written from its logs by reference_history), and a
-    run whose history.jsonl holds every epoch is finished, its logs there or not: runs made on other
-    machines join by that file. A stopped run resumes from its newest checkpoint. draw: train
-    nothing (code, prepro_dir and args unused but to read a reference run's logs), and draw the
-    runs as far as they have gone."""
+    prepro_dir's ids, args going to both (e.g. --warmup_steps 1000), after the equality report on
+    those ids while a run is unfinished (<workdir>/check; UserError if a row fails):
+    <workdir>/reference/run<N> and <workdir>/port/seed<N>, then <workdir>/curves.png (every run's
+    training loss and dev BLEU by epoch, pictures.plot_runs) and <workdir>/curves.md (curves_table).
+    Every run keeps its epochs in its own history.jsonl (the reference's written from its logs by
+    reference_history), and a run whose history.jsonl holds every epoch is finished, its logs there
+    or not: runs made on other machines join by that file. A stopped run resumes from its newest
+    checkpoint. draw: train nothing (code, prepro_dir and args unused but to read a reference run's
+    logs), and draw the runs as far as they have gone."""
     import pictures
 
     hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
     files = None if draw else write_inputs(prepro_dir, os.path.join(workdir, "data"))
     wanted = epochs_in(args, hp.num_epochs)  # a run with this many epochs is finished
+    records = [os.path.join(workdir, side, f"{name}{number}", "history.jsonl")
+               for side, name in (("reference", "run"), ("port", "seed")) for number in range(1, runs + 1)]
+    if not draw and any(len(recorded(path)) < wanted for path in records):
+        # a minute or two that proves, on these ids, what the hours of training will compare
+        if equality_report(code, prepro_dir, os.path.join(workdir, "check")):
+            raise UserError(f"the reference's code and the port do not compute the same numbers on {prepro_dir} "
+                            f"(the report above, its files in {os.path.join(workdir, 'check')}): the curves would "
+                            f"compare two different programs; see PORTING.md")
     reference_runs, port_runs = [], []
     for number in range(1, runs + 1):
         run_dir = os.path.join(workdir, "reference", f"run{number}")
@@ -623,6 +652,20 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
                 + settings + table)
     print(table, end="")
     print(f"wrote {os.path.join(workdir, 'curves.png')} and {os.path.join(workdir, 'curves.md')}")
+
+
+def equality_report(code, prepro_dir, workdir):
+    """check()'s report, printed row by row; the rows that fail (none when the port computes the
+    reference's numbers)."""
+    os.makedirs(workdir, exist_ok=True)
+    rows = check(code, prepro_dir, workdir)
+    print(f"\nThe reference's code (commit {COMMIT[:7]}) and the port, the same weights in:")
+    for row in rows:
+        print(row.line())
+    failed = [row for row in rows if not row.ok]
+    print(f"{len(rows) - len(failed)} of {len(rows)} agree" + (": the port computes the reference's numbers"
+                                                                if not failed else ""), flush=True)
+    return failed
 
 
 def epochs_in(args, default):
@@ -676,8 +719,9 @@ def main(argv=None):
     checker.add_argument("--workdir", required=True, metavar="PATH", help="where its files go")
     reference_dir_option(checker)
     curves_parser = commands.add_parser(
-        "curves", help=f"the reference's train.py and the port's --preset {CURVES_PRESET}, the same runs a side, "
-                       f"their curves in one picture and table (hours)",
+        "curves", help=f"the equality report on --prepro_dir's ids (as check), then the reference's train.py and "
+                       f"the port's --preset {CURVES_PRESET}, the same runs a side, their curves in one picture "
+                       f"and table (hours)",
         epilog=f"Arguments after -- go to both sides' training (settings both take: e.g. --warmup_steps 1000); "
                f"the reference gets the {CURVES_PRESET} preset's sizes and batch of sentences. Stopped, it "
                f"starts again where it was: finished runs are kept, and each side resumes from its newest "
@@ -707,14 +751,8 @@ def main(argv=None):
         if rest:
             parser.error("check takes no arguments after --")
         os.makedirs(args.workdir, exist_ok=True)
-        rows = check(reference_code(args.reference_dir, args.workdir), args.prepro_dir, args.workdir)
-        print(f"\nThe reference's code (commit {COMMIT[:7]}) and the port, the same weights in:")
-        for row in rows:
-            print(row.line())
-        failed = [row for row in rows if not row.ok]
-        print(f"{len(rows) - len(failed)} of {len(rows)} agree" + (": the port computes the reference's numbers"
-                                                                    if not failed else ""))
-        return 1 if failed else 0
+        return 1 if equality_report(reference_code(args.reference_dir, args.workdir), args.prepro_dir,
+                                    args.workdir) else 0
     if args.command == "export":
         import runs
 

@@ -102,6 +102,19 @@ def test_curves_draw_joins_runs_by_their_history_files_and_trains_nothing(tmp_pa
     assert run.returncode == 2 and "curves needs --prepro_dir" in run.stderr, run.stderr[-2000:]
 
 
+def test_curves_stops_before_any_training_when_the_equality_report_fails(quick_start, tmp_path, monkeypatch):
+    """curves first runs the equality report on the ids it trains on; a row that fails stops it
+    before any training, with the report's folder named: the curves would compare two programs."""
+    failing = reference.within("logits", 2e-5, reference.TOLERANCE)
+    monkeypatch.setattr(reference, "check", lambda code, prepro_dir, workdir: [failing])
+    trained = []
+    monkeypatch.setattr(reference, "train_reference", lambda *args: trained.append(args))
+    work = tmp_path / "work"
+    with pytest.raises(reference.UserError, match="do not compute the same numbers on .*the report above"):
+        reference.curves(None, str(quick_start.prepro), str(work), 1, [])
+    assert not trained and not (work / "reference").exists() and not (work / "port").exists()
+
+
 def test_the_documents_curves_are_drawn_from_the_runs_records(tmp_path):
     """docs/reference_curves/curves.md is what `reference.py curves --draw` makes of the runs'
     history.jsonl files beside it: the table in the documents comes from the records, unedited."""
@@ -157,9 +170,25 @@ def test_a_failed_comparison_is_reported_and_fails_the_check():
 
 
 @runs_the_reference
+def test_the_check_fails_on_an_adam_epsilon_half_again_as_large(quick_start, tmp_path, monkeypatch):
+    """The weights' bound (1e-5, or twice the port's own float32 noise) still sees a small slip: the
+    port's Adam with epsilon 1.5e-8 instead of the reference's 1e-8 fails the first step's weights
+    by far more than the bound, while the logits (before any step) still agree."""
+    import keras
+
+    adam = keras.optimizers.Adam.__init__
+    monkeypatch.setattr(keras.optimizers.Adam, "__init__",
+                        lambda self, *args, **kwargs: adam(self, *args, **{**kwargs, "epsilon": 1.5e-8}))
+    rows = reference.check(CODE, str(quick_start.prepro), str(tmp_path / "check"))
+    assert rows[0].ok and rows[0].what.startswith("logits"), rows[0].line()
+    step1 = next(row for row in rows if row.what.startswith("step 1: every weight"))
+    assert not step1.ok and step1.figure > 10 * step1.bound, step1.line()
+
+
+@runs_the_reference
 def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_serves_the_port(quick_start, tmp_path):
-    """reference.py curves runs the reference's own train.py and the port's multi30k_reference (one
-    run a side, one epoch, tiny): the reference writes its dev translations, summaries and a
+    """reference.py curves runs the equality report, then the reference's own train.py and the port's
+    multi30k_reference (one run a side, one epoch, tiny): the reference writes its dev translations, summaries and a
     checkpoint; the table and the picture hold both runs; a second call trains nothing. Converted,
     the reference's checkpoint decodes dev greedily to the reference's own translations, and
     translate.py (beam 4) and export.py take the converted run."""
@@ -168,6 +197,8 @@ def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_se
                "--runs", "1", "--", "--num_epochs", "1", "--lr", "0.003", "--warmup_steps", "4", *reference.CHECK_SIZES]
     run = run_script(*command, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "agree: the port computes the reference's numbers" in run.stdout  # the equality report came first
+    assert run.stdout.index("agree: the port") < run.stdout.index("the reference's train.py (")
     table = (work / "curves.md").read_text(encoding="utf-8")
     first = next(line for line in table.splitlines() if line.startswith("| 1 |"))
     assert len([cell for cell in first.split("|")[2:-1] if cell.strip()]) == 6, table  # both sides, three figures
@@ -176,6 +207,7 @@ def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_se
     assert (work / "curves.png").stat().st_size > 10000
     again = run_script(*command, timeout=900)
     assert again.returncode == 0 and "train.py" not in again.stdout, again.stdout[-2000:]  # nothing trained
+    assert "agree" not in again.stdout  # nor checked again
 
     run_dir = work / "reference" / "run1"
     (translations,) = (run_dir / "eval" / "1").iterdir()
