@@ -407,8 +407,8 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     model, hp = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port"))
     # The port's own float32 noise: the same steps from the same weights, compiled by XLA (the same
     # sums in another order). Adam divides each weight's gradient by that weight's own history, so
-    # where a gradient is a near-cancellation of large terms its rounding grows into the step; with
-    # thousands of pieces this reaches 1e-5 in five steps. A weight bound below it would test noise.
+    # where a gradient is small beside the terms it is summed from, their rounding grows into the
+    # step; with thousands of pieces this reaches 1e-5 in five steps. A bound below it tests noise.
     again, _ = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port_xla"))
     again.jit_compile = not model.jit_compile
     again.make_train_function(force=True)
