@@ -335,8 +335,9 @@ def greedy_differences(theirs, model, hp, prepro_dir):
 
 # The check's model: tiny (the equalities do not depend on the size), every length the sample's;
 # check() stretches maxlen1 and maxlen2 to longer sentences (the reference's tables stop there)
-CHECK_SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2", "--maxlen1", "24",
-               "--maxlen2", "24"]
+CHECK_MAXLEN = 24
+CHECK_SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_heads", "2",
+               "--maxlen1", str(CHECK_MAXLEN), "--maxlen2", str(CHECK_MAXLEN)]
 # Its training: dropout off, and a peak learning rate of 0.01 at step 3, so that each step moves the
 # weights by about 0.01, far beyond the tolerance
 CHECK_TRAINING = ["--dropout_rate", "0", "--lr", "0.01", "--warmup_steps", "3"]
@@ -394,7 +395,7 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
                for i in range(0, steps * sentences, sentences)]
     dev, _ = data_load.load_split(prepro_dir, "dev")
     longest = max(len(ids) for ids in [*src[:steps * sentences], *tgt[:steps * sentences], *dev]) + 1  # </s>
-    maxlen = str(max(longest, int(CHECK_SIZES[CHECK_SIZES.index("--maxlen1") + 1])))
+    maxlen = str(max(longest, CHECK_MAXLEN))
     sizes = [*CHECK_SIZES, "--maxlen1", maxlen, "--maxlen2", maxlen]  # the last given wins
     np.savez(os.path.join(workdir, "batches.npz"), **{f"{k}{i}": a for i, ((x, d), y) in enumerate(batches)
                                                       for k, a in (("x", x), ("d", d), ("y", y))})
@@ -428,11 +429,12 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
         largest = own = 0.0
         for (variable, value), (other, _) in zip(weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]),
                                                  weight_names(again)):
+            ours = np.array(variable)
             if variable.path.endswith("key/bias"):
-                key_biases = max(key_biases, np.abs(np.array(variable)).max(), np.abs(value).max())
+                key_biases = max(key_biases, np.abs(ours).max(), np.abs(value).max())
             else:
-                largest = max(largest, np.abs(np.array(variable) - value).max())
-                own = max(own, np.abs(np.array(variable) - np.array(other)).max())
+                largest = max(largest, np.abs(ours - value).max())
+                own = max(own, np.abs(ours - np.array(other)).max())
         rows.append(within(f"step {k}: every weight but the key biases, largest difference (the port against itself "
                            f"with XLA: {own:.3g}; the bound: {TOLERANCE:g}, or twice that if larger)",
                            largest, max(TOLERANCE, 2 * own)))
@@ -598,19 +600,19 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
     hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
     files = None if draw else write_inputs(prepro_dir, os.path.join(workdir, "data"))
     wanted = epochs_in(args, hp.num_epochs)  # a run with this many epochs is finished
-    records = [os.path.join(workdir, side, f"{name}{number}", "history.jsonl")
-               for side, name in (("reference", "run"), ("port", "seed")) for number in range(1, runs + 1)]
-    if not draw and any(len(recorded(path)) < wanted for path in records):
+    folders = [(os.path.join(workdir, "reference", f"run{number}"), os.path.join(workdir, "port", f"seed{number}"))
+               for number in range(1, runs + 1)]
+    kept = {folder: recorded(os.path.join(folder, "history.jsonl")) for pair in folders for folder in pair}
+    if not draw and any(len(history) < wanted for history in kept.values()):
         # a minute or two that proves, on these ids, what the hours of training will compare
         if equality_report(code, prepro_dir, os.path.join(workdir, "check")):
             raise UserError(f"the reference's code and the port do not compute the same numbers on {prepro_dir} "
                             f"(the report above, its files in {os.path.join(workdir, 'check')}): the curves would "
                             f"compare two different programs; see PORTING.md")
     reference_runs, port_runs = [], []
-    for number in range(1, runs + 1):
-        run_dir = os.path.join(workdir, "reference", f"run{number}")
+    for number, (run_dir, logdir) in enumerate(folders, 1):
         saved = os.path.join(run_dir, "history.jsonl")
-        history = kept = recorded(saved)
+        history = kept[run_dir]
         if len(history) < wanted and os.path.exists(os.path.join(run_dir, "log", "1", "hparams")):
             if prepro_dir is None:
                 raise UserError(f"{run_dir} has the reference's logs but no finished history.jsonl: give "
@@ -619,13 +621,12 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
         if len(history) < wanted and not draw:
             train_reference(code, files, run_dir, [*reference_args(hp), *args])
             history = reference_history(run_dir, prepro_dir)
-        if history and history != kept:
+        if history and history != kept[run_dir]:
             with open(saved, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(epoch) + "\n" for epoch in history)
         reference_runs.append(history)
-        logdir = os.path.join(workdir, "port", f"seed{number}")
         saved = os.path.join(logdir, "history.jsonl")
-        history = recorded(saved)
+        history = kept[logdir]
         if len(history) < wanted and not draw:
             command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
                        "--preset", CURVES_PRESET, "--prepro_dir", prepro_dir, "--logdir", logdir, "--seed", str(number),

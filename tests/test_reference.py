@@ -187,11 +187,11 @@ def test_the_check_fails_on_an_adam_epsilon_half_again_as_large(quick_start, tmp
 
 @runs_the_reference
 def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_serves_the_port(quick_start, tmp_path):
-    """reference.py curves runs the equality report, then the reference's own train.py and the port's
-    multi30k_reference (one run a side, one epoch, tiny): the reference writes its dev translations, summaries and a
-    checkpoint; the table and the picture hold both runs; a second call trains nothing. Converted,
-    the reference's checkpoint decodes dev greedily to the reference's own translations, and
-    translate.py (beam 4) and export.py take the converted run."""
+    """reference.py curves runs the equality report, then the reference's own train.py and the
+    port's multi30k_reference (one run a side, one epoch, tiny): the reference writes its dev
+    translations, summaries and a checkpoint; the table and the picture hold both runs; a second
+    call trains nothing. Converted, the reference's checkpoint decodes dev greedily to the
+    reference's own translations, and translate.py (beam 4) and export.py take the converted run."""
     prepro, work = str(quick_start.prepro), tmp_path / "work"
     command = ["reference.py", "curves", "--reference_dir", CODE, "--prepro_dir", prepro, "--workdir", str(work),
                "--runs", "1", "--", "--num_epochs", "1", "--lr", "0.003", "--warmup_steps", "4", *reference.CHECK_SIZES]
