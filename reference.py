@@ -313,11 +313,22 @@ def to_reference(model, hp, prepro_dir, code, workdir):
     return prefix
 
 
+def compare_line(theirs, ours):
+    """One dev line of the reference's greedy translation (as its utils.postprocess writes it)
+    against the port's (decoded the same way): (differs, cut, words compared). The reference's
+    argmax may choose <pad> or <s>, which the port's never does; until then both choose the same
+    tokens, so such a line is compared up to that token (cut)."""
+    head = re.split("<pad>|<s>", theirs)[0].rstrip()  # the whole line when it holds neither
+    cut = head != theirs.rstrip()
+    differs = not ours.startswith(head) if cut else ours != theirs.strip()
+    return differs, cut, len(head.split())
+
+
 def greedy_differences(theirs, model, hp, prepro_dir):
-    """The reference's dev translations (theirs: the lines its test.py or train.py wrote, as its
-    utils.postprocess writes them) against the port's uncached greedy decoding of dev with model:
-    (lines compared, lines that differ, lines left out). The reference's argmax may choose <pad> or
-    <s>, which the port's never does: its lines holding one are left out."""
+    """The reference's dev translations (theirs: the lines its test.py or train.py wrote) against
+    the port's uncached greedy decoding of dev with model, line by line (compare_line): (lines
+    compared, lines that differ, lines compared up to a <pad> or <s> of the reference's, words
+    compared)."""
     import numpy as np
 
     import decoding
@@ -325,12 +336,9 @@ def greedy_differences(theirs, model, hp, prepro_dir):
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     dev, _ = data_load.load_split(prepro_dir, "dev")
     ours = decoding.greedy_decode(model, data_load.encoder_inputs(dev, multiple=1), max_len=hp.maxlen2, cached=False)
-    compared = differ = 0
-    for line, row in zip(theirs[:len(dev)], np.asarray(ours)):
-        if "<pad>" not in line and "<s>" not in line:
-            compared += 1
-            differ += "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip() != line.strip()
-    return compared, differ, len(dev) - compared
+    lines = [compare_line(line, "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip())
+             for line, row in zip(theirs[:len(dev)], np.asarray(ours))]
+    return len(lines), sum(d for d, _, _ in lines), sum(c for _, c, _ in lines), sum(w for _, _, w in lines)
 
 
 # The check's model: tiny (the equalities do not depend on the size), every length the sample's;
@@ -378,7 +386,7 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     3. Greedy decoding: the trained weights, written as the reference's checkpoint (to_reference),
        restored by its own test.py, which translates dev: its lines and the port's uncached greedy
        decoding of dev, line by line. The reference's argmax may choose <pad> or <s>, which the
-       port's never does: those lines are left out (counted).
+       port's never does: such a line is compared up to that token (counted).
     4. BLEU: the reference's multi-bleu.perl and the port's "reference's way" (scoring.bleu_scores)
        on dev's references and the same sentences with a fifth of their words dropped."""
     import numpy as np
@@ -453,10 +461,10 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     (written,) = [name for name in os.listdir(test_dir) if name.startswith(os.path.basename(prefix))]
     with open(os.path.join(test_dir, written), encoding="utf-8") as f:
         theirs = f.read().splitlines()
-    compared, differ, left_out = greedy_differences(theirs, model, hp, prepro_dir)
-    rows.append(within(f"greedy translations of dev: lines that differ, of the {compared} compared "
-                       f"({left_out} left out, where its argmax chose <pad> or <s>)", differ, 0))
-    rows[-1] = rows[-1]._replace(ok=rows[-1].ok and compared >= left_out)
+    compared, differ, cut, words = greedy_differences(theirs, model, hp, prepro_dir)
+    rows.append(within(f"greedy translations of dev: lines that differ, of the {compared} compared ({words} words; "
+                       f"{cut} up to where its argmax chose <pad> or <s>)", differ, 0))
+    rows[-1] = rows[-1]._replace(ok=rows[-1].ok and words > 0)  # nothing compared is no agreement
 
     references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
     rng = np.random.default_rng(0)
