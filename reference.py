@@ -338,7 +338,8 @@ def greedy_differences(theirs, model, hp, prepro_dir):
     ours = decoding.greedy_decode(model, data_load.encoder_inputs(dev, multiple=1), max_len=hp.maxlen2, cached=False)
     lines = [compare_line(line, "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip())
              for line, row in zip(theirs[:len(dev)], np.asarray(ours))]
-    return len(lines), sum(d for d, _, _ in lines), sum(c for _, c, _ in lines), sum(w for _, _, w in lines)
+    differ, cut, words = (sum(column) for column in zip(*lines))  # dev is never empty
+    return len(lines), differ, cut, words
 
 
 # The check's model: tiny (the equalities do not depend on the size), every length the sample's;
