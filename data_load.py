@@ -149,6 +149,14 @@ def round_up(n, multiple=PAD_MULTIPLE):
     return -(-n // multiple) * multiple
 
 
+def padded_length(n, multiple=PAD_MULTIPLE, limit=None):
+    """The length a batch whose longest row is n is padded to: n rounded up to a multiple of
+    `multiple`, but never past limit (maxlen1 or maxlen2: a learned position table has that many
+    rows) when n itself fits it. Works on NumPy arrays of lengths too."""
+    up = round_up(n, multiple)
+    return up if limit is None else np.where(n <= limit, np.minimum(up, limit), up)
+
+
 def filter_long(src, tgt, maxlen1, maxlen2):
     """Indices of the pairs that fit maxlen1/maxlen2 (counting </s>), and how many were dropped."""
     keep = np.array([i for i, (s, t) in enumerate(zip(src, tgt))
@@ -160,17 +168,17 @@ def _cut(order, cost, tokens_per_batch, multiple=PAD_MULTIPLE):
     """Cut `order` into consecutive runs whose count x longest padded cost fits the budget."""
     batches, start, longest = [], 0, 0
     for pos, i in enumerate(order):
-        longest_with = max(longest, round_up(int(cost[i]), multiple))
+        longest_with = max(longest, int(round_up(int(cost[i]), multiple)))
         if pos > start and (pos - start + 1) * longest_with > tokens_per_batch:
             batches.append(order[start:pos])
-            start, longest_with = pos, round_up(int(cost[i]), multiple)
+            start, longest_with = pos, int(round_up(int(cost[i]), multiple))
         longest = longest_with
     if start < len(order):
         batches.append(order[start:])
     return batches
 
 
-def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multiple=PAD_MULTIPLE):
+def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multiple=PAD_MULTIPLE, limits=(None, None)):
     """Group sentence indices into batches of similar length under a token budget.
 
     A batch of n pairs padded to lengths (L1, L2) costs n * max(L1, L2) tokens. Sentences are
@@ -187,15 +195,17 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
       tokens_per_batch: budget.
       rng: numpy Generator for the tie-breaking and batch order; None keeps length order.
       multiple: lengths are padded up to a multiple of this (see `training_arrays`).
+      limits: (maxlen1, maxlen2), past which no length is padded (padded_length); None: none.
 
     Returns:
       list of int64 index arrays.
     """
     src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
-    cost = np.maximum(src_lens, tgt_lens)
-    keys = tuple(round_up(n, multiple) for n in (src_lens, tgt_lens, cost))  # lexsort: last key first
+    padded = [padded_length(n, multiple, limit) for n, limit in zip((src_lens, tgt_lens), limits)]
+    cost = np.maximum(*padded)
+    keys = (*padded, cost)  # lexsort: last key first
     order = np.lexsort(keys if rng is None else (rng.random(len(cost)),) + keys)
-    batches = _cut(order, cost, tokens_per_batch, multiple)
+    batches = _cut(order, cost, tokens_per_batch, multiple=1)
     if rng is not None:
         rng.shuffle(batches)
     return batches
@@ -224,7 +234,7 @@ def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):
     keep, _ = filter_long(src, tgt, maxlen1, maxlen2)
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
     lengths = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt)]
-    return [training_arrays([src[i] for i in idx], [tgt[i] for i in idx])
+    return [training_arrays([src[i] for i in idx], [tgt[i] for i in idx], limits=(maxlen1, maxlen2))
             for idx in eval_batches(lengths, tokens_per_batch, sort=True)]
 
 
@@ -236,20 +246,20 @@ def pad(seqs, length):
     return out
 
 
-def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE):
-    """Source ids + </s>, padded to a multiple of `multiple`: (N, T1)."""
+def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None):
+    """Source ids + </s>, padded to a multiple of `multiple` (not past limit: padded_length): (N, T1)."""
     seqs = [np.append(s, EOS) for s in src_seqs]
-    return pad(seqs, round_up(max(len(s) for s in seqs), multiple))
+    return pad(seqs, int(padded_length(max(len(s) for s in seqs), multiple, limit)))
 
 
-def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE):
+def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE, limits=(None, None)):
     """One batch: ((encoder input (N, T1), decoder input (N, T2)), labels (N, T2)).
 
     T1 and T2 are the longest lengths rounded up to a multiple of `multiple`: 8 keeps the number
     of distinct shapes small for compilers (XLA, JAX), 1 pads least (TensorFlow graphs take any
-    shape without retracing)."""
-    x = encoder_inputs(src_seqs, multiple)
-    t2 = round_up(max(len(t) for t in tgt_seqs) + 1, multiple)
+    shape without retracing); never past limits, (maxlen1, maxlen2), where the lengths fit them."""
+    x = encoder_inputs(src_seqs, multiple, limits[0])
+    t2 = int(padded_length(max(len(t) for t in tgt_seqs) + 1, multiple, limits[1]))
     decoder_in = pad([np.insert(t, 0, BOS) for t in tgt_seqs], t2)
     labels = pad([np.append(t, EOS) for t in tgt_seqs], t2)
     return (x, decoder_in), labels
@@ -307,12 +317,14 @@ class TrainBatches:
         rng = np.random.default_rng([self.seed, epoch])
         if self.batch_sentences:
             return sentence_batches(len(self.src), self.batch_sentences, rng)
-        return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng, self.multiple)
+        return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng, self.multiple,
+                                    (self.maxlen1, self.maxlen2))
 
     def batches(self, batch_plan):
         """Yield ((x, decoder_input), labels) NumPy batches of a plan."""
         for idx in batch_plan:
-            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.multiple)
+            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.multiple,
+                                  (self.maxlen1, self.maxlen2))  # every pair fits them: no row padded past
 
     def epoch(self, epoch):
         """Yield the NumPy batches of `epoch`."""
@@ -320,8 +332,10 @@ class TrainBatches:
 
     def shapes(self, batch_plan):
         """The distinct (N, T1, T2) of a plan's batches: under XLA or JAX, one compilation each."""
-        up = lambda n: round_up(int(n), self.multiple)
-        return {(len(i), up(self.src_lens[i].max()), up(self.tgt_lens[i].max())) for i in batch_plan}
+        def up(n, limit):
+            return int(padded_length(int(n), self.multiple, limit))
+        return {(len(i), up(self.src_lens[i].max(), self.maxlen1), up(self.tgt_lens[i].max(), self.maxlen2))
+                for i in batch_plan}
 
     def target_tokens(self, batch_plan):
         """Real (unpadded) target tokens of each batch in a plan."""

@@ -455,7 +455,7 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     out = [None] * len(src_seqs)
     batches = data_load.eval_batches(lens, max(tokens_per_batch // beam_size, 1), sort=True)
     for idx in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
-        x = data_load.encoder_inputs([src_seqs[i] for i in idx])
+        x = data_load.encoder_inputs([src_seqs[i] for i in idx], limit=model.maxlen1)
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text

@@ -254,8 +254,8 @@ def export_saved_model(translator, output):
         pieces, owner = split_long_tensor(tokenizer.tokenize(text), vocabulary, model.maxlen1 - 1)  # (P, None), (P,)
         eos = tf.RaggedTensor.from_tensor(tf.fill([pieces.nrows(), 1], data_load.EOS))  # (P, 1)
         source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=data_load.PAD)  # (P, T)
-        pad = -tf.shape(source)[1] % data_load.PAD_MULTIPLE
-        source = tf.pad(source, [[0, 0], [0, pad]])  # (P, T1): padded as data_load.encoder_inputs
+        pad = tf.minimum(-tf.shape(source)[1] % data_load.PAD_MULTIPLE, model.maxlen1 - tf.shape(source)[1])
+        source = tf.pad(source, [[0, 0], [0, pad]])  # (P, T1): padded as data_load.encoder_inputs, not past maxlen1
         # 2. greedy decoding, every piece in one batch (no piece: nothing to decode)
         ids = tf.cond(tf.shape(source)[0] > 0, lambda: decode(source), lambda: tf.zeros([0, 1], tf.int32))
         keep = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, data_load.EOS), tf.int32), axis=1), 0)  # before </s>

@@ -50,6 +50,32 @@ def test_token_budget_batches_sort_by_cost_then_target_then_source():
     assert padded < 1.25 * (src.sum() + tgt.sum())
 
 
+@pytest.mark.parametrize("multiple", [1, 3, 8, 16])
+def test_no_batch_is_padded_past_maxlen(multiple):
+    """A learned position table has maxlen1 (maxlen2) rows: training, dev-loss and decoding batches
+    are padded to the multiple but never past it, while lengths that fit keep the multiple."""
+    rng = np.random.default_rng(multiple)
+    maxlen1, maxlen2 = 30, 21
+    src = [rng.integers(4, 50, n) for n in rng.integers(1, 40, 300)]
+    tgt = [rng.integers(4, 50, n) for n in rng.integers(1, 30, 300)]
+    train = data_load.TrainBatches(src, tgt, 256, 0, maxlen1, maxlen2, multiple)
+    shapes, loss_shapes = set(), set()
+    for batches, found in ((train.epoch(0), shapes), (data_load.loss_batches(src, tgt, 256, maxlen1, maxlen2),
+                                                       loss_shapes)):
+        for (x, d), y in batches:
+            assert x.shape[1] <= maxlen1 and d.shape[1] == y.shape[1] <= maxlen2
+            found.add((len(x), x.shape[1], d.shape[1]))
+    for found, step in ((shapes, multiple), (loss_shapes, data_load.PAD_MULTIPLE)):
+        assert all(t % step == 0 or t == limit
+                   for _, *lengths in found for t, limit in zip(lengths, (maxlen1, maxlen2)))
+    assert shapes == train.shapes(train.plan(0))  # what train.py counts and prints
+    kept, _ = data_load.filter_long(src, tgt, maxlen1, maxlen2)
+    x = data_load.encoder_inputs([src[i] for i in kept], multiple, limit=maxlen1)
+    assert x.shape[1] == maxlen1
+    longer = data_load.encoder_inputs([np.arange(4, 4 + maxlen1 + 2)], multiple, limit=maxlen1)
+    assert longer.shape[1] == data_load.round_up(maxlen1 + 3, multiple)  # a sinusoid model translates it whole
+
+
 def test_eval_batches_complete_and_in_order():
     lens = np.array([5, 300, 7, 7, 1, 64, 9])  # 300: longer than the budget, still kept
     batches = data_load.eval_batches(lens, 64)
