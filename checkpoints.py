@@ -25,7 +25,7 @@ import numpy as np
 
 import data_load
 import hyperparams
-from utils import UserError, atomic_write, import_keras
+from utils import UserError, atomic_write, import_keras, quiet_half_precision
 
 EPOCH_CHECKPOINT = re.compile(r"^E(\d+)L([\d.]+|nan|inf)B([\d.]+)\.keras$")
 STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
@@ -70,6 +70,19 @@ def check_same_data(logdir, prepro_dir):
         raise UserError(f"{prepro_dir} no longer holds the data this run started on ({', '.join(changed)} "
                         f"differ from {path}); run prepro.py again as before, pass the --prepro_dir it "
                         f"trained on, or start a new --logdir")
+
+
+def check_vocabulary(logdir, prepro_dir):
+    """A UserError unless prepro_dir holds the vocabulary of the run in logdir (by checksum), so
+    that its id files mean what the model learned; quiet for a run from before <logdir>/vocab."""
+    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        own = json.load(f).get("bpe_sha256")
+    if data_load.load_meta(prepro_dir).get("bpe_sha256") != own:
+        raise UserError(f"{prepro_dir} holds another vocabulary than the run in {logdir} (its bpe.model checksum "
+                        f"differs from {path}): pass the --prepro_dir the run was trained on, or none")
 
 
 # Finding them
@@ -142,9 +155,11 @@ def training_state(model, logdir, epoch, batch, loss_total, loss_count):
             bpe_sha256 = json.load(f).get("bpe_sha256")
     else:  # a worker's scratch directory
         bpe_sha256 = None
+    skipped = getattr(model.optimizer, "skipped_steps", None)  # model.SkipNonfinite's count
     return dict(epoch=epoch, batch=batch, step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
                 rng=[keras.ops.convert_to_numpy(v).tolist() for v in seed_states(model)],
-                loss_total=loss_total, loss_count=loss_count, bpe_sha256=bpe_sha256)
+                loss_total=loss_total, loss_count=loss_count, bpe_sha256=bpe_sha256,
+                skipped=0 if skipped is None else int(keras.ops.convert_to_numpy(skipped)))
 
 
 def save(model, path, state):
@@ -189,6 +204,8 @@ def load(path, hp, vocabulary_meta=None):
             config = json.loads(z.read("config.json"))
         config["config"]["kernels"] = hp.kernels
         config.pop("compile_config", None)  # uncompiled, as load_model(compile=False)
+        if "mixed_float16" in json.dumps(config["config"].get("dtype")) and keras.backend.backend() == "tensorflow":
+            quiet_half_precision()  # trained in float16: its layers are made in it
         objects = {"Transformer": transformer.Transformer}
         m = keras.saving.deserialize_keras_object(config, custom_objects=objects)  # built (its build_config)
         m.load_weights(path)
@@ -219,6 +236,13 @@ def restore(path, state, hp, total_steps=None):
     m = load(path, hp)
     transformer.compile_model(m, hp, total_steps)  # builds the optimizer
     m.load_weights(path)  # load(compile=False) skipped the optimizer's state: this loads it too
+    step = int(keras.ops.convert_to_numpy(m.optimizer.iterations))
+    if "step" in state and step != state["step"]:  # Keras only warns when it cannot load the state
+        raise UserError(f"{path}: its optimizer state (step {state['step']}) does not load into the optimizer of "
+                        f"these settings; resume with the settings it was saved with (hparams.json), or "
+                        f"start a new --logdir")
+    if getattr(m.optimizer, "skipped_steps", None) is not None and "skipped" in state:
+        m.optimizer.skipped_steps.assign(state["skipped"])
     for variable, value in zip(seed_states(m), state.get("rng") or []):
         variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
     return m

@@ -17,6 +17,7 @@ them to decode otherwise.
 """
 import os
 
+import checkpoints
 import data_load
 import hyperparams
 from runs import averaged_count, load_trained
@@ -41,6 +42,7 @@ def main(argv=None):
                                                  show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
+    checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)  # the split's ids are read from there
 
     section("Load model")
     model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given)
@@ -59,7 +61,7 @@ def main(argv=None):
     section("Score")
     import model as transformer  # Keras is loaded by now
 
-    transformer.compile_model(model, hp)  # for its loss
+    transformer.compile_for_loss(model, hp)
     pairs = data_load.load_split(hp.prepro_dir, args.split)
     loss = transformer.loss_per_token(model, data_load.loss_batches(*pairs, hp.tokens_per_batch, hp.maxlen1,
                                                                     hp.maxlen2))

@@ -227,6 +227,9 @@ class SkipNonfinite:
 
     A skipped batch changes no weight, no moment and no learning-rate step; `skipped_steps`
     counts them. train.py uses it with --skip_nonfinite 1 (a NaN/Inf batch otherwise stops training).
+    Its state is saved in the layout of the optimizer without it (the count travels in the
+    checkpoint's training state), so that a run resumes with --skip_nonfinite changed either way
+    with its Adam moments and step.
     """
 
     def build(self, var_list):
@@ -246,24 +249,46 @@ class SkipNonfinite:
 
         ops.cond(finite, update, skip)
 
+    def adam_variables(self):
+        """Every variable but the count: the variables of the optimizer without this mixin, in order."""
+        return [v for v in self.variables if v is not self.skipped_steps]
+
+    def save_own_variables(self, store):
+        for i, variable in enumerate(self.adam_variables()):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        """The plain layout; or one with the count last (checkpoints written before that layout)."""
+        own = self.adam_variables()
+        if len(store.keys()) == len(own) + 1:
+            self.skipped_steps.assign(store[str(len(own))])
+        elif len(store.keys()) != len(own):
+            return super().load_own_variables(store)  # Keras' warning; checkpoints.restore refuses it
+        for i, variable in enumerate(own):
+            variable.assign(store[str(i)])
+
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
     """Keras' Adam that leaves out non-finite updates (--skip_nonfinite 1)."""
 
 
+def loss_function(model, hp):
+    """Label-smoothed cross-entropy over non-pad tokens (section 5.4), the loss training minimizes."""
+    return LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map(),
+                                     token_count=devices.mean_over_replicas, parts=model.parts)
+
+
 def compile_model(model, hp, total_steps=None):
     """Adam (beta1 0.9; beta2 and eps hp.adam_beta2 and hp.adam_epsilon: 0.98 and 1e-9 in section
     5.3, 0.999 and 1e-8 in the reference) with warmup and hp.lr_decay's decay
-    (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), label-smoothed
-    cross-entropy over non-pad tokens. With hp.skip_nonfinite,
+    (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), and
+    loss_function's loss. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
     adam = GuardedAdam if hp.skip_nonfinite else fast.Adam if "adam" in model.kernels else keras.optimizers.Adam
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
                      epsilon=hp.adam_epsilon, weight_decay=hp.weight_decay or None)
-    loss = LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map(),
-                                     token_count=devices.mean_over_replicas, parts=model.parts)
-    model.compile(optimizer=optimizer, loss=loss,
+    model.compile(optimizer=optimizer, loss=loss_function(model, hp),
                   jit_compile=devices.jit_compile(hp))
     # Build the compiled loss and the optimizer now (see devices.DistributedTrainingFixes).
     model.compute_loss(x=(BUILD_IDS, BUILD_IDS), y=BUILD_IDS, y_pred=model((BUILD_IDS, BUILD_IDS)), training=False)
@@ -271,10 +296,19 @@ def compile_model(model, hp, total_steps=None):
     return model
 
 
+def compile_for_loss(model, hp):
+    """The model compiled for loss_per_token alone (eval.py): the training loss, no optimizer and so
+    no learning-rate schedule (a linear decay's length is known only to training)."""
+    model.compile(loss=loss_function(model, hp), jit_compile=devices.jit_compile(hp))
+    return model
+
+
 def loss_per_token(model, batches):
     """The compiled model's loss over every real (non-pad) target token of batches [((x, d), y)].
     Each batch's loss is the mean over its own real tokens, so the batches weigh as many tokens as
     they hold: a plain mean of the batch means would count a short last batch like a full one."""
+    if not batches:  # no pair of the split fits maxlen1/maxlen2
+        return float("nan")
     losses = [float(ops.convert_to_numpy(model.test_on_batch(x, y))) for x, y in batches]
     tokens = [int(np.count_nonzero(np.asarray(y) != PAD)) for _, y in batches]
     return float(np.average(losses, weights=tokens))

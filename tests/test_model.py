@@ -377,6 +377,72 @@ def test_the_loss_is_the_mean_over_every_target_token():
     assert abs(means - whole) > 1e-3
 
 
+def test_the_loss_alone_needs_no_learning_rate_schedule():
+    """eval.py's compile_for_loss: the loss of compile_model, for a run with --lr_decay linear too
+    (whose schedule needs the run's number of steps, known only to training), and nan for a split
+    with no pair within maxlen."""
+    keras.utils.set_random_seed(0)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=1, num_heads=2, dropout_rate=0.0, lr_decay="linear")
+    m = transformer.make_model(hp, vocab_size=14)
+    with pytest.raises(ValueError, match="needs the number of training steps"):
+        transformer.compile_model(m, hp)
+    x, d, y = copy_batches()(8)
+    alone = transformer.loss_per_token(transformer.compile_for_loss(m, hp), [((x, d), y)])
+    trained = transformer.loss_per_token(transformer.compile_model(m, hp, total_steps=10), [((x, d), y)])
+    assert alone == pytest.approx(trained, rel=1e-6)
+    assert np.isnan(transformer.loss_per_token(m, []))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="SkipNonfinite is TensorFlow-only: train.py refuses --skip_nonfinite on other backends")
+def test_the_guarded_optimizer_saves_and_loads_the_plain_layout(tmp_path):
+    """Adam's state moves between GuardedAdam and Adam both ways (--skip_nonfinite changed on a
+    resume), and a GuardedAdam checkpoint of the older layout (its count last) still loads."""
+    import checkpoints
+
+    keras.utils.set_random_seed(0)
+    x, d, y = copy_batches()(16)
+
+    def trained(skip, steps=3):
+        hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=1, num_heads=2, skip_nonfinite=skip,
+                                 kernels="plain", output_vocab="all")
+        m = transformer.compile_model(transformer.make_model(hp, vocab_size=14), hp)
+        for _ in range(steps):
+            m.train_on_batch((x, d), y)
+        return m, hp
+
+    for saved_with, loaded_with in ((True, False), (False, True), (True, True)):
+        m, _ = trained(saved_with)
+        path = str(tmp_path / f"{saved_with}.keras")
+        m.save(path)
+        fresh, hp = trained(loaded_with, steps=0)
+        fresh.load_weights(path)
+        assert int(ops.convert_to_numpy(fresh.optimizer.iterations)) == 3
+        state = [np.asarray(v) for v in m.optimizer.variables if v is not getattr(m.optimizer, "skipped_steps", None)]
+        loaded = [np.asarray(v) for v in fresh.optimizer.variables
+                  if v is not getattr(fresh.optimizer, "skipped_steps", None)]
+        assert all(np.array_equal(a, b) for a, b in zip(state, loaded)) and len(state) == len(loaded)
+    # the layout before: every variable, the count last
+    m, _ = trained(True)
+    m.optimizer.skipped_steps.assign(2)
+    old = str(tmp_path / "old.keras")
+    save = transformer.SkipNonfinite.save_own_variables
+    try:
+        transformer.SkipNonfinite.save_own_variables = keras.optimizers.Adam.save_own_variables
+        m.save(old)
+    finally:
+        transformer.SkipNonfinite.save_own_variables = save
+    fresh, hp = trained(True, steps=0)
+    fresh.load_weights(old)
+    assert int(ops.convert_to_numpy(fresh.optimizer.skipped_steps)) == 2
+    assert int(ops.convert_to_numpy(fresh.optimizer.iterations)) == 3
+    # loaded into plain Adam, that layout cannot be: restoring refuses it instead of starting anew
+    state = {"epoch": 1, "batch": 0, "step": 3}
+    plain = dataclasses.replace(hp, skip_nonfinite=False)
+    with pytest.raises(UserError, match="its optimizer state \\(step 3\\) does not load"):
+        checkpoints.restore(old, state, plain)
+
+
 def test_the_choices_defaults_are_the_settings_defaults():
     """A layer built without choices (a learner's experiment, a test) gets the model that
     hyperparams.Hparams describes by default: modules.Choices repeats those defaults, and this ties them."""
