@@ -34,7 +34,7 @@ import devices
 import hyperparams
 from decoding import translate_lines
 from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import UserError, lock_directory, run_cli, section
+from utils import UserError, lock_directory, record_holder, run_cli, section
 
 
 def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step, guard):
@@ -169,23 +169,52 @@ def step_scalars_callback(logdir, guard):
     return StepScalars()
 
 
-def settings_for_resume(hp, step):
-    """The settings to resume hp.logdir's run with, at `step`: hp where it changes only
-    RESUMABLE_FIELDS (each change printed and recorded in hparams.json with its step); a UserError
-    listing every other difference, since the run's weights were trained with its saved values."""
+def resume_changes(hp):
+    """The settings hp changes in hp.logdir's run, {field: [saved value, hp's]}: only
+    RESUMABLE_FIELDS may change; a UserError listing every other difference, since the run's
+    weights were trained with its saved values. Writes nothing."""
     saved = hyperparams.load_hparams(hp.logdir)
+    path = os.path.join(hp.logdir, "hparams.json")
     diff = [f for f in hyperparams.field_names() if getattr(saved, f) != getattr(hp, f)]
     fixed = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in diff if f not in hyperparams.RESUMABLE_FIELDS]
     if fixed:
-        raise UserError(f"{os.path.join(hp.logdir, 'hparams.json')}: this run was trained with other settings "
+        raise UserError(f"{path}: this run was trained with other settings "
                         f"({', '.join(fixed)}); a resumed run keeps them: drop those options, or pass a new "
                         f"--logdir (or remove {hp.logdir}) to start over")
-    changed = {f: [getattr(saved, f), getattr(hp, f)] for f in diff if f != "logdir"}
-    if changed:
+    if saved.lr_decay == "linear" and "num_epochs" in diff:
+        # the line's slope is set by the run's length: another length would make the rate jump
+        raise UserError(f"{path}: --num_epochs {hp.num_epochs}: this run's learning rate falls linearly to 0 at "
+                        f"the end of its {saved.num_epochs} epochs (--lr_decay linear), and another length would "
+                        f"make it jump; resume with --num_epochs {saved.num_epochs}, or train a new --logdir")
+    return {f: [getattr(saved, f), getattr(hp, f)] for f in diff if f != "logdir"}
+
+
+def check_start(hp):
+    """What training in hp.logdir starts, checked before anything is written there: None for a new
+    run; for a run with a checkpoint, (its step, the settings changed: resume_changes), once its
+    data is checked (checkpoints.check_same_data)."""
+    found = checkpoints.newest(hp.logdir)
+    if not found:
+        return None
+    checkpoints.check_same_data(hp.logdir, hp.prepro_dir)
+    return found[1].get("step", 0), resume_changes(hp)
+
+
+def accept_start(hp, out, resumed, lock):
+    """Once the run is set to start or resume (check_start, the model built or restored), the first
+    writes: the lock's holder, the settings (a new run's; a resumed run's changes, printed and
+    recorded with their step in hparams.json) and the run's copy of the vocabulary
+    (checkpoints.keep_vocabulary)."""
+    record_holder(lock)
+    if resumed is None:
+        print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
+    elif resumed[1]:
+        step, changed = resumed
         print(f"resuming with changed settings from step {step}: "
               + ", ".join(f"{f} {a} -> {b}" for f, (a, b) in changed.items()))
-        hyperparams.save_hparams(hp, hp.logdir, hyperparams.saved_changes(hp.logdir) + [{"step": step, **changed}])
-    return hp
+        hyperparams.save_hparams(hp, out.logdir, hyperparams.saved_changes(hp.logdir) + [{"step": step, **changed}])
+    if not os.path.isfile(os.path.join(out.logdir, checkpoints.VOCAB_DIR, "meta.json")):
+        checkpoints.keep_vocabulary(hp.prepro_dir, out.logdir)
 
 
 def with_languages(hp, given):
@@ -200,20 +229,6 @@ def with_languages(hp, given):
                         f"{', '.join(differ)}; drop the language flags (prepro.py's are used) or run "
                         f"prepro.py for that pair into another --prepro_dir")
     return dataclasses.replace(hp, **recorded)
-
-
-def start_or_resume(hp, out):
-    """Check the log directory before training: a run already in it is resumed only with the
-    settings and data it started with (settings_for_resume, checkpoints.check_same_data); a new run
-    gets its settings and its copy of the vocabulary (checkpoints.keep_vocabulary)."""
-    found = checkpoints.newest(hp.logdir)
-    if found:
-        settings_for_resume(hp, found[1].get("step", 0))
-        checkpoints.check_same_data(hp.logdir, hp.prepro_dir)
-    else:
-        print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
-    if not os.path.isfile(os.path.join(out.logdir, checkpoints.VOCAB_DIR, "meta.json")):
-        checkpoints.keep_vocabulary(hp.prepro_dir, out.logdir)
 
 
 def write_specs(model, logdir):
@@ -292,12 +307,19 @@ def load_data(hp, run):
     total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
     if total_steps:
         print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
+        if hp.warmup_steps >= total_steps:
+            print(f"note: --warmup_steps {hp.warmup_steps} is not shorter than the run ({total_steps} steps): the "
+                  f"learning rate rises all the way and never decays; lower --warmup_steps (a tenth of the "
+                  f"steps is common) or raise --num_epochs", file=sys.stderr)
     dev_src, dev_tgt = data_load.load_split(hp.prepro_dir, "dev")
     n_bleu = hp.eval_sentences or len(dev_src)
     dev = Dev(data_load.loss_batches(dev_src, dev_tgt, hp.tokens_per_batch, hp.maxlen1, hp.maxlen2),
               data_load.load_text(hp.prepro_dir, "dev", hp.src_lang)[:n_bleu],
               data_load.load_text(hp.prepro_dir, "dev", hp.tgt_lang)[:n_bleu])
     print(f"dev: {len(dev_src)} pairs, BLEU after each epoch on {n_bleu}")
+    if not dev.loss_batches:
+        print(f"note: no dev pair fits maxlen1 {hp.maxlen1} / maxlen2 {hp.maxlen2}: the dev loss is not measured "
+              f"(nan); BLEU translates every dev sentence", file=sys.stderr)
     return train, meta["vocab_size"], sp, dev, total_steps
 
 
@@ -427,11 +449,11 @@ def main(argv=None):
     # In a multi-worker run every worker reads hp.logdir (shared storage) and only the chief
     # writes there; the others write into a scratch directory.
     logdir = hp.logdir if run.chief else tempfile.mkdtemp(prefix="transformer-worker-")
-    lock = lock_directory(logdir)  # noqa: F841  (held until the process ends)
+    lock = lock_directory(logdir, record=False)  # held until the process ends
     hp = with_languages(hp, given)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
     out = dataclasses.replace(hp, logdir=logdir)
-    start_or_resume(hp, out)
+    resumed = check_start(hp)  # nothing is written into the run's folder before it is accepted
     keras.utils.set_random_seed(hp.seed)
 
     section("Load data")
@@ -439,6 +461,7 @@ def main(argv=None):
 
     section("Build model")
     model, start_epoch, start_batch, carry = build_or_resume(hp, run, train, vocab_size, total_steps)
+    accept_start(hp, out, resumed, lock)
     print(f"{model.count_params():,} parameters; softmax over {model.output_size:,} of {model.vocab_size:,} ids "
           f"(--output_vocab {model.output_vocab})")
     write_specs(model, out.logdir)

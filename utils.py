@@ -29,7 +29,9 @@ STARTUP_NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|[IWE]\d{4} [\d:.]+ +\d+ (port|cudart_stub|cuda_platform|cuda_executor|cuda_dnn|cuda_fft|cuda_blas|"
     r"cpu_feature_guard|cpu_utils)\.cc:\d+\] .*"
-    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.")
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
+    # its first float16 tensor on a CPU without AVX512-FP16: float16 is computed right, by Eigen
+    r"|E\d{4} [\d:.]+ +\d+ util\.cc:\d+\] oneDNN supports DT_HALF only on platforms with AVX-512\. .*")
 
 
 @contextlib.contextmanager
@@ -50,6 +52,16 @@ def startup_lines_caught():
             kept = [line for line in dict.fromkeys(lines) if line.strip() and not STARTUP_NOISE.fullmatch(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+def quiet_half_precision():
+    """Make TensorFlow's first float16 tensor inside startup_lines_caught, so that its one-time
+    error-level line about float16 on a CPU (which computes it correctly, without oneDNN) is dropped
+    instead of printed by every script that runs a mixed_float16 model."""
+    with startup_lines_caught():
+        import tensorflow as tf
+
+        tf.zeros((1,), tf.float16)
 
 
 def cpu_flags(path="/proc/cpuinfo"):
@@ -158,10 +170,12 @@ def check_writable(directory):
     os.remove(probe)
 
 
-def lock_directory(directory):
+def lock_directory(directory, record=True):
     """Hold an exclusive lock on `directory` (<directory>/.lock) for as long as the returned file
     stays open; the kernel releases it when the process ends, however it ends. A UserError naming
-    the holder's process if another process holds it."""
+    the holder's process if another process holds it. record: write this process's id into the
+    lock file now (else record_holder does it later: a run refused after locking leaves its folder
+    as it was)."""
     import fcntl
 
     os.makedirs(directory, exist_ok=True)
@@ -175,10 +189,16 @@ def lock_directory(directory):
         f.close()
         raise UserError(f"{directory} is in use by another training run (process {holder}); wait for it to "
                         f"end, or pass another --logdir") from None
-    f.truncate(0)
-    f.write(f"{os.getpid()}\n")
-    f.flush()
+    if record:
+        record_holder(f)
     return f
+
+
+def record_holder(lock):
+    """Write this process's id into a lock file that lock_directory returned."""
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
 
 
 def peak_rss_mb():
