@@ -14,6 +14,7 @@ over its own output with every attention layer returning its weights (runs.atten
 """
 import os
 
+import checkpoints
 import hyperparams
 from pictures import draw_attention
 from runs import Translator, attention_maps
@@ -37,6 +38,8 @@ def main(argv=None):
     hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
+    if "prepro_dir" in overrides:  # given: it must hold the run's vocabulary
+        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")
@@ -45,7 +48,9 @@ def main(argv=None):
                                           decoder_self=args.decoder_self)
     draw_attention(maps, args.sentence, translation, args.output)
     print(translation)
-    print(f"wrote {args.output}: {len(maps)} layers x {maps[0][1].shape[0]} heads")
+    kinds = ["decoder over the source"] + ["encoder self"] * args.encoder + ["decoder self"] * args.decoder_self
+    print(f"wrote {args.output}: {len(kinds)} kind(s) of attention ({', '.join(kinds)}) x "
+          f"{len(maps) // len(kinds)} layers x {maps[0][1].shape[0]} heads")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 
-from utils import UserError, cpu_has_bfloat16, import_keras
+from utils import UserError, cpu_has_bfloat16, import_keras, quiet_half_precision
 
 keras = import_keras()  # the first import of Keras in train.py and the benches: quietly
 
@@ -176,9 +176,14 @@ def setup(hp, devices=None):
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=chosen))
         replicas = len(chosen)
     policy = precision(hp)
-    if policy != "float32" and not gpus() and not (policy == "mixed_bfloat16" and cpu_has_bfloat16()):
-        print(f"note: --precision {policy} on a CPU without bfloat16 instructions: expect no speed-up "
-              f"(docs/devices.md, 'Mixed precision')")
+    if policy == "mixed_float16" and not gpus():
+        print("note: --precision mixed_float16 on a CPU: float16 is a GPU format, which CPUs compute without a "
+              "speed-up (docs/devices.md, 'Mixed precision')")
+        if backend() == "tensorflow":
+            quiet_half_precision()
+    elif policy == "mixed_bfloat16" and not gpus() and not cpu_has_bfloat16():
+        print("note: --precision mixed_bfloat16 on a CPU without bfloat16 instructions: expect no speed-up "
+              "(docs/devices.md, 'Mixed precision')")
     keras.mixed_precision.set_global_policy(policy)
     return Setup(policy, jit_compile(hp), length_multiple(hp), name, replicas, chief, scope)
 

@@ -6,7 +6,10 @@ is chosen or switched (a notebook that imports these keeps its own).
 """
 import json
 import math
+import re
+import sys
 import typing
+import warnings
 
 from utils import UserError, atomic_write
 
@@ -147,9 +150,24 @@ def draw_attention(maps, sentence, translation, output, average_heads=False, mar
                            linewidths=1.2)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.suptitle(f"{sentence}\n→ {translation}", fontsize=10)
-    with atomic_write(output) as tmp:
-        fig.savefig(tmp, dpi=90, format="png")
+    save_noting_missing_glyphs(fig, output)
     return output
+
+
+def save_noting_missing_glyphs(fig, output):
+    """fig as a PNG file; characters the font cannot draw (Chinese, emoji: drawn as boxes) told in one
+    note on stderr instead of one warning each."""
+    with warnings.catch_warnings(record=True) as caught, atomic_write(output) as tmp:
+        warnings.simplefilter("always")
+        fig.savefig(tmp, dpi=90, format="png")
+    missing = {m.group(1) for w in caught if (m := re.match(r"Glyph \d+ \((.*)\) missing from font", str(w.message)))}
+    for w in caught:
+        if not re.match(r"Glyph \d+ .* missing from font", str(w.message)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if missing:
+        print(f"note: {output}: the font has no glyph for {len(missing)} character(s) of the text, drawn as "
+              f"boxes; install a font that has them (e.g. Debian's fonts-noto-cjk, fonts-noto-color-emoji)",
+              file=sys.stderr)
 
 
 # draw_architecture's colours, by kind of box (those of the paper's Figure 1, roughly)

@@ -109,9 +109,10 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
     if not text:
         raise UserError("the sentence is empty: give the sentence to translate as the last argument")
     source_ids = sp.encode(text)
-    if model.positional == "learned" and len(source_ids) + 1 > model.maxlen1:
-        raise UserError(f"the sentence has {len(source_ids) + 1} tokens but this model takes at most maxlen1 "
-                        f"{model.maxlen1}: give a shorter one")
+    if len(source_ids) + 1 > model.maxlen1:  # past it, learned positions stop and a picture is unreadable
+        raise UserError(f"the sentence has {len(source_ids) + 1} tokens (with </s>), more than the maxlen1 "
+                        f"{model.maxlen1} the model was trained on: give one shorter sentence (translate.py "
+                        f"splits long text)")
     x = data_load.encoder_inputs([source_ids], multiple=1)  # (1, T1): the pieces and </s>
     ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
     out = [int(i) for i in ids[0] if i != data_load.PAD]  # the output pieces, </s> last

@@ -21,6 +21,7 @@ import itertools
 import os
 import sys
 
+import checkpoints
 import hyperparams
 from data_load import clean
 from runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
@@ -86,6 +87,8 @@ def main(argv=None):
                                                  show=SETTINGS,
                                                  from_run=True)
     hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
+    if "prepro_dir" in overrides:  # given: it must hold the run's vocabulary
+        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise UserError(f"{args.output}: its folder {os.path.dirname(os.path.abspath(args.output))} does not "
                         f"exist; create it first")
