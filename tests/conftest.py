@@ -34,9 +34,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # finishing a long file alone. Ordered by the slow tier's time per file on a 2-core CPU (pytest
 # --durations=0, summed by file); files not listed follow, those with the most tests first (xdist's
 # own order).
-LONGEST_FIRST = ["test_docs_commands.py", "test_backends.py", "test_lesson.py", "test_distributed.py",
-                 "test_reference.py", "test_export.py", "test_train.py", "test_decoding.py", "test_logdir.py",
-                 "test_bench.py", "test_switches.py", "test_ablate.py", "test_translate.py"]
+LONGEST_FIRST = ["test_settings.py", "test_docs_commands.py", "test_backends.py", "test_lesson.py",
+                 "test_distributed.py", "test_resume.py", "test_reference.py", "test_export.py", "test_train.py",
+                 "test_decoding.py", "test_logdir.py", "test_bench.py", "test_switches.py", "test_ablate.py",
+                 "test_translate.py"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,6 +94,23 @@ def tiny_corpus(tmp_path):
     write_parallel(raw, "dev", GERMAN[:3], ENGLISH[:3])
     write_parallel(raw, "test", GERMAN[3:], ENGLISH[3:])
     return raw
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """60 training pairs of the sample corpus, 3 dev and 3 test pairs, prepared once a test file
+    (tests/test_settings.py, test_resume.py): raw/ and prepro/ (vocabulary of 100 pieces)."""
+    tmp = tmp_path_factory.mktemp("settings")
+    raw = tmp / "raw"
+    raw.mkdir()
+    for split, lines in (("train", slice(0, 60)), ("dev", slice(0, 3)), ("test", slice(0, 3))):
+        for lang in ("de", "en"):
+            with open(os.path.join(ROOT, "corpora", "sample", f"{split}.{lang}"), encoding="utf-8") as f:
+                (raw / f"{split}.{lang}").write_text("".join(f.readlines()[lines]), encoding="utf-8")
+    done = run_script("prepro.py", "--data_dir", raw, "--prepro_dir", tmp / "prepro", "--vocab_size", "100")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp
+
 
 
 RUNNER = script_runner.Runner()  # this test process's fork server, started on first use
