@@ -5,8 +5,10 @@ The batching works on NumPy arrays; `tf_dataset` wraps it in tf.data for TensorF
 NumPy batches feed Keras on the JAX backend, where TensorFlow is not installed.
 """
 import hashlib
+import heapq
 import json
 import os
+import random
 import unicodedata
 
 import numpy as np
@@ -87,18 +89,66 @@ def pieces_within(sp, texts):
     return [i for i in range(4, sp.get_piece_size()) if sp.id_to_piece(i) in inside]
 
 
+class BpeDropout:
+    """BPE-dropout (Provilkov et al., 2020) with a sentencepiece BPE model's merges, drawn from a
+    seeded generator.
+
+    Sentencepiece's own sampling (encode(enable_sampling=True)) does not repeat across processes
+    whatever its seed, so a run with the same --seed would not, nor would a resumed run segment its
+    later epochs as the uninterrupted run did. This is sentencepiece's BPE: within each word (a
+    piece never spans "▁"), the adjacent pair whose concatenation is a piece with the highest score
+    merges first, the leftmost on a tie; with dropout each merge is skipped with probability alpha
+    when its turn comes. alpha 0 gives sp.encode's ids (tests/test_data_load.py).
+    """
+
+    def __init__(self, sp):
+        normal = [i for i in range(sp.get_piece_size())
+                  if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))]
+        self.ids = {sp.id_to_piece(i): i for i in normal}
+        self.scores = {sp.id_to_piece(i): sp.get_score(i) for i in normal}
+        self.unk = sp.unk_id()
+
+    def word(self, word, alpha, rng):
+        """The ids of one word (its "▁" first), each merge skipped with probability alpha."""
+        symbols = list(word)
+        n = len(symbols)
+        after, before = list(range(1, n + 1)), list(range(-1, n - 1))  # the neighbours still standing
+        agenda = []  # (-score, left, right, length of the merged piece): the best merge first
+
+        def consider(left, right):
+            if left >= 0 and right < n and (score := self.scores.get(symbols[left] + symbols[right])) is not None:
+                heapq.heappush(agenda, (-score, left, right, len(symbols[left]) + len(symbols[right])))
+
+        for i in range(n - 1):
+            consider(i, i + 1)
+        while agenda:
+            _, left, right, size = heapq.heappop(agenda)
+            if not symbols[left] or after[left] != right or len(symbols[left]) + len(symbols[right]) != size:
+                continue  # one of the two has merged with another since
+            if alpha and rng.random() < alpha:
+                continue  # dropped: BPE-dropout
+            symbols[left], symbols[right] = symbols[left] + symbols[right], ""
+            after[left] = after[right]
+            if after[left] < n:
+                before[after[left]] = left
+            consider(before[left], left)
+            consider(left, after[left])
+        return [self.ids.get(piece, self.unk) for piece in symbols if piece]
+
+    def encode(self, text, alpha=0.0, rng=None):
+        """The ids of a cleaned sentence (clean: single spaces), as sp.encode with alpha 0."""
+        return [i for word in text.split() for i in self.word("\u2581" + word, alpha, rng)]
+
+
 def resegmenter(sp, sources, targets, alpha, seed):
     """For --subword_sampling alpha: a function of the epoch that gives the source and target id
-    lists of sources and targets (texts) segmented anew by BPE-dropout (sentencepiece's sampling:
-    each merge skipped with probability alpha), the same for the same (seed, epoch)."""
-    import sentencepiece as spm
+    lists of sources and targets (texts) segmented anew by BPE-dropout (BpeDropout, each merge
+    skipped with probability alpha), the same for the same (seed, epoch) in any process."""
+    dropout = BpeDropout(sp)
 
     def resegment(epoch):
-        spm.set_random_generator_seed(seed * 100003 + epoch)
-        # one thread: a threaded encode would share the random generator in an unknown order
-        encode = lambda texts: sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1,  # noqa: E731
-                                         num_threads=1)
-        return encode(sources), encode(targets)
+        rng = random.Random(seed * 100003 + epoch)
+        return tuple([dropout.encode(text, alpha, rng) for text in texts] for texts in (sources, targets))
     return resegment
 
 

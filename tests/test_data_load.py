@@ -219,6 +219,35 @@ def test_subword_sampling_resegments_each_epoch_reproducibly(tmp_path):
     assert data_load.resegmenter(sp, src, tgt, 0.0, 7)(0) == (sp.encode(src), sp.encode(tgt))
 
 
+def test_subword_sampling_repeats_in_another_process_and_is_sentencepieces_bpe():
+    """The same (seed, epoch) gives the same segmentation in two processes (sentencepiece's own
+    sampling does not, whatever its seed); without dropout, BpeDropout's ids are sp.encode's for
+    every training sentence of the sample, on both sides."""
+    corpus = os.path.join(ROOT, "corpora", "sample")
+    code = ("import hashlib, sys, data_load, prepro; from conftest import GERMAN, ENGLISH; "
+            "sp = prepro.train_bpe(GERMAN * 20 + ENGLISH * 20, sys.argv[1], 120, 0); "
+            "print(hashlib.sha256(repr(data_load.resegmenter(sp, GERMAN, ENGLISH, 0.3, 5)(2)).encode()).hexdigest())")
+    import tempfile
+    digests = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory() as scratch:
+            run = subprocess.run([sys.executable, "-c", code, os.path.join(scratch, "bpe")], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120,
+                                 env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests")))
+        assert run.returncode == 0, run.stderr[-2000:]
+        digests.append(run.stdout.split()[-1])
+    assert digests[0] == digests[1]
+    from prepro import train_bpe
+    with tempfile.TemporaryDirectory() as scratch:
+        texts = {lang: open(os.path.join(corpus, f"train.{lang}"), encoding="utf-8").read().splitlines()
+                 for lang in ("de", "en")}
+        sp = train_bpe(texts["de"] + texts["en"], os.path.join(scratch, "bpe"), 400, 0)
+        dropout = data_load.BpeDropout(sp)
+        for lines in texts.values():
+            assert [dropout.encode(data_load.clean(line)) for line in lines] == sp.encode(
+                [data_load.clean(line) for line in lines])
+
+
 def test_the_graph_cleaning_is_the_python_cleaning():
     """clean_tensor (the SavedModel's) gives what clean gives: byte-order marks, tabs, CR, line and
     paragraph separators, no-break and ideographic spaces, control characters, NFKC's ligatures

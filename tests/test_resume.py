@@ -202,3 +202,20 @@ def test_skip_nonfinite_changed_on_resume_keeps_the_optimizer_both_ways(corpus, 
         assert f"done, step {step}" in resumed.stdout and "Skipping variable loading" not in resumed.stderr
         steps.append(step)
     assert 0 < steps[0] < steps[1]
+
+
+@pytest.mark.slow
+def test_a_subword_sampling_run_repeats_and_resumes_exactly(corpus, tmp_path):
+    """Each epoch's segmentation depends only on (seed, epoch), in any process: two runs with the
+    same seed, and a run stopped after its first epoch and resumed, end bit for bit alike."""
+    from test_train import assert_same_run
+
+    runs = {name: tmp_path / name for name in ("straight", "again", "resumed")}
+    sampled = ["--subword_sampling", "0.3", "--num_epochs", "2"]
+    for name in ("straight", "again"):
+        assert train(corpus, runs[name], *sampled).returncode == 0
+    assert train(corpus, runs["resumed"], *sampled[:2]).returncode == 0  # one epoch, then a new process
+    resumed = train(corpus, runs["resumed"], *sampled)
+    assert resumed.returncode == 0 and "epoch 1 done" in resumed.stdout, resumed.stderr[-3000:]
+    assert_same_run(runs["again"], runs["straight"])
+    assert_same_run(runs["resumed"], runs["straight"])
