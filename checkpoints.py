@@ -73,10 +73,11 @@ def check_same_data(logdir, prepro_dir):
 
 
 def check_vocabulary(logdir, prepro_dir):
-    """A UserError unless prepro_dir holds the vocabulary of the run in logdir (by checksum), so
-    that its id files mean what the model learned; quiet for a run from before <logdir>/vocab."""
+    """A UserError if prepro_dir holds another vocabulary than the run in logdir (by checksum), so
+    that its id files mean what the model learned; quiet for a run from before <logdir>/vocab and
+    for a prepro_dir that holds none (translate.py needs none; eval.py says so when it reads)."""
     path = os.path.join(logdir, VOCAB_DIR, "meta.json")
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or not os.path.isfile(os.path.join(prepro_dir, "meta.json")):
         return
     with open(path, encoding="utf-8") as f:
         own = json.load(f).get("bpe_sha256")
