@@ -114,9 +114,10 @@ class Hparams:
     tokens_per_batch: int = setting(1024, "training", "token budget of a batch: sentences x padded length of "
                                                       "the longer side")
     subword_sampling: float = setting(0.0, "training", "BPE-dropout: every epoch re-segments the training text, "
-                                                       "each merge skipped with this probability (0: off); a "
-                                                       "regularizer that slows learning on a small corpus (the "
-                                                       "sample: about a third of the BLEU after 30 epochs)")
+                                                       "each merge skipped with this probability (0: off); it "
+                                                       "slows learning on a small corpus: on the sample, 30 epochs "
+                                                       "reach dev BLEU 12 instead of 55 (37 instead of 96 with "
+                                                       "--batch_sentences 16)")
     batch_sentences: int = setting(0, "training", "> 0: batches of this many random sentences padded to the "
                                                   "longest (the reference: 128) instead of token budgets")
     precision: str = setting("auto", "devices", "float32, mixed_bfloat16, mixed_float16, or auto: "
