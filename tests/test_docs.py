@@ -70,6 +70,7 @@ def test_the_checker_finds_what_is_not_there():
 
 # Words about how the project was made, not for its users, each with why it came up
 MAKERS_WORDS = {
+    "../shared": "a folder beside the makers' checkout, which a user does not have: name the file and where to get it",
     "these machines": "the machines the project was built on are not the reader's",
     "been lent": "a GPU lent to the makers' work",
     "nobody asked": "a request the reader never saw",
