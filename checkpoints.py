@@ -56,14 +56,22 @@ def vocabulary(logdir, prepro_dir):
     return data_load.load_vocab(where), data_load.load_meta(where)
 
 
+def own_meta(logdir):
+    """(path, contents) of the meta.json of the run's copy of its vocabulary; contents None for a
+    run from before that copy existed, or a worker's scratch directory."""
+    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
+    if not os.path.isfile(path):
+        return path, None
+    with open(path, encoding="utf-8") as f:
+        return path, json.load(f)
+
+
 def check_same_data(logdir, prepro_dir):
     """A UserError unless prepro_dir holds the data the run in logdir started on (by its meta.json
     and vocabulary checksum); quiet for a run from before <logdir>/vocab existed."""
-    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
-    if not os.path.isfile(path):
+    path, then = own_meta(logdir)
+    if then is None:
         return
-    with open(path, encoding="utf-8") as f:
-        then = json.load(f)
     now = data_load.load_meta(prepro_dir)
     changed = [key for key in DATA_KEYS if then.get(key) != now.get(key)]
     if changed:
@@ -76,12 +84,10 @@ def check_vocabulary(logdir, prepro_dir):
     """A UserError if prepro_dir holds another vocabulary than the run in logdir (by checksum), so
     that its id files mean what the model learned; quiet for a run from before <logdir>/vocab and
     for a prepro_dir that holds none (translate.py needs none; eval.py says so when it reads)."""
-    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
-    if not os.path.isfile(path) or not os.path.isfile(os.path.join(prepro_dir, "meta.json")):
+    path, own = own_meta(logdir)
+    if own is None or not os.path.isfile(os.path.join(prepro_dir, "meta.json")):
         return
-    with open(path, encoding="utf-8") as f:
-        own = json.load(f).get("bpe_sha256")
-    if data_load.load_meta(prepro_dir).get("bpe_sha256") != own:
+    if data_load.load_meta(prepro_dir).get("bpe_sha256") != own.get("bpe_sha256"):
         raise UserError(f"{prepro_dir} holds another vocabulary than the run in {logdir} (its bpe.model checksum "
                         f"differs from {path}): pass the --prepro_dir the run was trained on, or none")
 
@@ -150,12 +156,7 @@ def training_state(model, logdir, epoch, batch, loss_total, loss_count):
     the checksum of the vocabulary it is trained with (<logdir>/vocab)."""
     import keras
 
-    path = os.path.join(logdir, VOCAB_DIR, "meta.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            bpe_sha256 = json.load(f).get("bpe_sha256")
-    else:  # a worker's scratch directory
-        bpe_sha256 = None
+    bpe_sha256 = (own_meta(logdir)[1] or {}).get("bpe_sha256")  # None in a worker's scratch directory
     skipped = getattr(model.optimizer, "skipped_steps", None)  # model.SkipNonfinite's count
     return dict(epoch=epoch, batch=batch, step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
                 rng=[keras.ops.convert_to_numpy(v).tolist() for v in seed_states(model)],

@@ -218,10 +218,10 @@ def _cut(order, cost, tokens_per_batch, multiple=PAD_MULTIPLE):
     """Cut `order` into consecutive runs whose count x longest padded cost fits the budget."""
     batches, start, longest = [], 0, 0
     for pos, i in enumerate(order):
-        longest_with = max(longest, int(round_up(int(cost[i]), multiple)))
+        longest_with = max(longest, round_up(int(cost[i]), multiple))
         if pos > start and (pos - start + 1) * longest_with > tokens_per_batch:
             batches.append(order[start:pos])
-            start, longest_with = pos, int(round_up(int(cost[i]), multiple))
+            start, longest_with = pos, round_up(int(cost[i]), multiple)
         longest = longest_with
     if start < len(order):
         batches.append(order[start:])

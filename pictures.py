@@ -160,9 +160,12 @@ def save_noting_missing_glyphs(fig, output):
     with warnings.catch_warnings(record=True) as caught, atomic_write(output) as tmp:
         warnings.simplefilter("always")
         fig.savefig(tmp, dpi=90, format="png")
-    missing = {m.group(1) for w in caught if (m := re.match(r"Glyph \d+ \((.*)\) missing from font", str(w.message)))}
+    missing = set()
     for w in caught:
-        if not re.match(r"Glyph \d+ .* missing from font", str(w.message)):
+        glyph = re.match(r"Glyph \d+ \((.*)\) missing from font", str(w.message))
+        if glyph:
+            missing.add(glyph.group(1))
+        else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if missing:
         print(f"note: {output}: the font has no glyph for {len(missing)} character(s) of the text, drawn as "
