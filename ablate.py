@@ -38,9 +38,9 @@ import sys
 
 import data_load
 import hyperparams
-from pictures import plot_ablations, read_history
-from scoring import paired_bootstrap, read_hypotheses
-from utils import UserError, atomic_write, cpu_has_bfloat16, run_cli
+from support.pictures import plot_ablations, read_history
+from support.scoring import paired_bootstrap, read_hypotheses
+from support.utils import UserError, atomic_write, cpu_has_bfloat16, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

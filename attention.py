@@ -14,11 +14,11 @@ over its own output with every attention layer returning its weights (runs.atten
 """
 import os
 
-import checkpoints
+from trained import checkpoints
 import hyperparams
-from pictures import draw_attention
-from runs import Translator, attention_maps
-from utils import UserError, run_cli
+from support.pictures import draw_attention
+from trained.runs import Translator, attention_maps
+from support.utils import UserError, run_cli
 
 # The settings attention.py reads (--help shows these): the rest come from <logdir>/hparams.json.
 SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha")

@@ -13,7 +13,7 @@ import unicodedata
 
 import numpy as np
 
-from utils import UserError
+from support.utils import UserError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 PAD_MULTIPLE = 8  # lengths are padded up to a multiple of this: few distinct batch shapes
@@ -170,12 +170,12 @@ def clean(text):
 
 
 def clean_tensor(sentences):
-    """`clean` in TensorFlow ops, for a graph that takes text (serving.py's SavedModel): a string
+    """`clean` in TensorFlow ops, for a graph that takes text (trained/serving.py's SavedModel): a string
     tensor -> the same shape, each sentence as `clean` gives it (tests/test_data_load.py checks
     the two agree). Needs tensorflow-text, for NFKC."""
     import tensorflow as tf
 
-    from utils import optional
+    from support.utils import optional
     tf_text = optional("tensorflow_text", "export")
     text = tf_text.normalize_utf8(tf.strings.regex_replace(sentences, "\ufeff", ""), "NFKC")
     return tf.strings.strip(tf.strings.regex_replace(text, r"[\p{Cc}\p{Z}]+", " "))  # Python: isspace

@@ -17,12 +17,12 @@ them to decode otherwise.
 """
 import os
 
-import checkpoints
+from trained import checkpoints
 import data_load
 import hyperparams
-from runs import averaged_count, load_trained
-from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import check_writable, run_cli, section
+from trained.runs import averaged_count, load_trained
+from support.scoring import bleu_scores, format_scores, write_hypotheses, write_results
+from support.utils import check_writable, run_cli, section
 
 
 # The settings eval.py reads (--help shows these): the rest come from <logdir>/hparams.json.
@@ -51,7 +51,7 @@ def main(argv=None):
 
     check_writable(os.path.join(hp.logdir, "results"))  # before translating, not after
     section(f"Translate the {args.split} split")
-    from decoding import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
+    from trained.lines import translate_lines  # loads Keras: after the checks above, which stay quick and quiet
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
     hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, hp.beam_size,

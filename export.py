@@ -36,9 +36,9 @@ import shutil
 import tempfile
 
 import hyperparams
-from runs import Translator
-from serving import export_ctranslate2, export_saved_model
-from utils import UserError, run_cli
+from trained.runs import Translator
+from trained.serving import export_ctranslate2, export_saved_model
+from support.utils import UserError, run_cli
 
 # The settings export.py reads (--help shows these): the rest come from <logdir>/hparams.json.
 SETTINGS = hyperparams.DECODING

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from utils import UserError, atomic_write
+from support.utils import UserError, atomic_write
 
 CORPUS_FORMATS = ("parallel", "iwslt")
 SWITCHES = ("auto", "on", "off")
@@ -126,7 +126,7 @@ class Hparams:
     jit_compile: str = setting("auto", "devices", "XLA for training steps: on, off, or auto (on for GPUs "
                                                   "and JAX, off for TensorFlow on a CPU)",
                                choices=SWITCHES, resumable=True)
-    kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: fast.py's kernels; auto: "
+    kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: kernels/fast.py's kernels; auto: "
                                               "those measured faster on this backend",
                            choices=KERNELS, resumable=True)
     strategy: str = setting("auto", "devices", "data parallelism: auto, one, mirrored, multi_worker "

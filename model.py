@@ -10,8 +10,8 @@ import keras
 import numpy as np
 from keras import ops
 
-import devices
-import fast
+from support import devices
+from kernels import fast
 import modules
 from data_load import EOS, PAD, UNK
 from modules import (PACKAGE, DecoderBlock, EncoderBlock, LabelSmoothedCrossEntropy, PositionalEncoding,
@@ -34,8 +34,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
     choices (modules.Choices or its dict) holds the details where the paper and the reference
     differ; kernels (an Hparams.kernels value: auto, plain, fast or a list) names the faster
-    kernels the model is built with: `kernels` holds the chosen ones (fast.chosen), `parts` the
-    primitives every layer is built with (fast.parts). They are not part of the saved config: a
+    kernels the model is built with, resolved once into `kernels`, a fast.Choice: the primitives
+    every layer is built with, the optimizer, beam search's cache layout. They are not part of the saved config: a
     checkpoint loads with whichever kernels are asked for (checkpoints.load: the run's --kernels;
     keras.models.load_model: plain).
     """
@@ -55,8 +55,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.num_blocks, self.num_heads, self.dropout_rate = num_blocks, num_heads, dropout_rate
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
         self.attention_dropout = attention_dropout  # None: dropout_rate
-        self.choices, self.kernels = modules.Choices.of(choices), fast.chosen(kernels)
-        self.parts = parts = fast.parts(self.kernels)
+        self.choices, self.kernels = modules.Choices.of(choices), fast.choose(kernels)
+        parts = self.kernels.parts
         shared = self.choices.share_embeddings
         embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
         # the target side's, and (shared, as in 3.4) the source's and the output projection's too
@@ -111,18 +111,88 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
 
     def decode(self, target_in, memory, source_mask, training=None, return_attention_scores=False):
-        """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V); with
-        return_attention_scores also each block's (self-attention, cross-attention) weights, a list of
-        ((N, h, T2, T2), (N, h, T2, T1))."""
+        """target_in (N, T2) ids, memory (N, T1, d) -> logits (N, T2, V'): every position at once
+        (training, and the reference's decoding); with return_attention_scores also each block's
+        (self-attention, cross-attention) weights, a list of ((N, h, T2, T2), (N, h, T2, T1))."""
         target_mask = ops.not_equal(target_in, PAD)  # (N, T2)
         y = self.embed_target(target_in, training=training)  # (N, T2, d)
-        scores = []
-        for block in self.decoder_blocks:
-            y, self_weights, cross_weights = block(y, memory, target_mask, source_mask, training=training,
-                                                   return_attention_scores=True)  # (N, T2, d)
-            scores.append((self_weights, cross_weights))
+        y, _, scores = self.decoder_stack(y, target_mask, source_mask, memory=memory, training=training)  # (N, T2, d)
         logits = self.logits(y)  # (N, T2, V')
         return (logits, scores) if return_attention_scores else logits
+
+    def decoder_stack(self, y, target_mask, source_mask, memory=None, training=None, cross_caches=None, caches=None,
+                      cache_index=None):
+        """The decoder blocks in turn, over every position (memory given) or over new positions with
+        caches (cross_caches and caches given, as decode_step passes them): y (N, T2, d) ->
+        (N, T2, d), the blocks' updated self-attention caches (None without), and each block's
+        (self-attention, cross-attention) weights."""
+        new_caches, scores = [], []
+        for i, block in enumerate(self.decoder_blocks):
+            out = block(y, memory, target_mask, source_mask, training=training,
+                        self_cache=None if caches is None else caches[i],
+                        cross_cache=None if cross_caches is None else cross_caches[i], cache_index=cache_index,
+                        return_attention_scores=True)  # (N, T2, d)[, cache], self weights, cross weights
+            y, weights = out[0], out[-2:]
+            if caches is not None:
+                new_caches.append(out[1])
+            scores.append(tuple(weights))
+        return y, (new_caches if caches is not None else None), scores
+
+    # Decoding one position a step: the same pass as decode's, the earlier keys and values kept
+
+    def start_cache(self, source, length, repeat=1):
+        """Encode once and make what decode_step reads and updates.
+
+        Args:
+          source: (N, T1) ids.
+          length: L, the entries of each self-attention cache.
+          repeat: K, decoding rows per sentence (beam search's hypotheses), adjacent.
+
+        Returns:
+          (context, caches), each with N*K rows. context, read at every step: "cross", per decoder
+          block the encoder output's keys and values, each (N*K, h, T1, d_k), computed once; and
+          "source_mask" (N*K, T1). caches, updated at every step: per decoder block an empty
+          self-attention cache, keys and values each (N*K, h, L, d_k).
+        """
+        memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
+        cross = [tuple(ops.repeat(t, repeat, axis=0) for t in block.cross_attention.keys_values(memory))
+                 for block in self.decoder_blocks]  # (N*K, h, T1, d_k) each
+        shape = (ops.shape(memory)[0] * repeat, self.num_heads, length, self.d_model // self.num_heads)
+        caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
+                  for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each
+        return {"cross": cross, "source_mask": ops.repeat(source_mask, repeat, axis=0)}, caches
+
+    def decode_step(self, tokens, step, context, caches, target_mask=None, group=1):
+        """decode for one new position: the previous tokens (N*G,) at position `step` ->
+        log-probabilities of the next token over the logits columns (N*G, V') and the updated caches
+        (context and caches from start_cache).
+
+        By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
+        the G adjacent rows of a sentence share one cache (a search's layout): they enter the
+        decoder blocks as G queries of one row, all at position `step`, write entries
+        step*G..step*G+G-1, and target_mask (N, G, L) says which entries each may see. So the cache
+        index the blocks get is an entry, not a position: the position reaches the model through
+        embed_target's start alone.
+        """
+        if target_mask is None:
+            target_mask = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
+        y = self.embed_target(ops.expand_dims(tokens, 1), training=False, start=step)  # (N*G, 1, d)
+        y = ops.reshape(y, (-1, group, self.d_model))  # (N, G, d)
+        y, caches, _ = self.decoder_stack(y, target_mask, context["source_mask"], cross_caches=context["cross"],
+                                          caches=caches, cache_index=step * group)  # (N, G, d)
+        y = ops.reshape(y, (-1, 1, self.d_model))  # (N*G, 1, d)
+        logits = self.logits(y)[:, 0]  # (N*G, V')
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches  # (N*G, V')
+
+    def sublayers(self):
+        """Every block's sublayers in order, each with its residual-and-norm: (stack, "encoder" or
+        "decoder"; the block's index; its name, "self_attention", "cross_attention" or
+        "feed_forward"; the sublayer; its AddNorm). The one walk of the blocks for code that maps
+        the weights to another program's (trained/serving.py, reference_bridge/weights.py)."""
+        for stack, blocks in (("encoder", self.encoder_blocks), ("decoder", self.decoder_blocks)):
+            for i, block in enumerate(blocks):
+                for name in block.SUBLAYERS:
+                    yield stack, i, name, getattr(block, name), getattr(block, f"{name}_norm")
 
     def output_rows(self):
         """The ids that logits columns stand for, (V',) int32, or None for every id."""
@@ -178,8 +248,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
 
 def make_model(hp, vocab_size, output_ids=None):
-    """The Transformer of hp's settings over a vocabulary of vocab_size, built with hp.kernels' parts
-    (fast.parts); its logits cover output_ids (data_load.output_ids(hp.output_vocab, training
+    """The Transformer of hp's settings over a vocabulary of vocab_size, built with hp.kernels' choice
+    (fast.choose); its logits cover output_ids (data_load.output_ids(hp.output_vocab, training
     targets)), or every id if None."""
     model = Transformer(vocab_size=vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
                         num_blocks=hp.num_blocks, num_heads=hp.num_heads,
@@ -276,7 +346,7 @@ class GuardedAdam(SkipNonfinite, keras.optimizers.Adam):
 def loss_function(model, hp):
     """Label-smoothed cross-entropy over non-pad tokens (section 5.4), the loss training minimizes."""
     return LabelSmoothedCrossEntropy(hp.smoothing, pad_id=PAD, label_map=model.label_map(),
-                                     token_count=devices.mean_over_replicas, parts=model.parts)
+                                     token_count=devices.mean_over_replicas, parts=model.kernels.parts)
 
 
 def compile_model(model, hp, total_steps=None):
@@ -285,7 +355,7 @@ def compile_model(model, hp, total_steps=None):
     (learning_rate) and hp.weight_decay (Keras' decoupled decay, as AdamW; 0: none), and
     loss_function's loss. With hp.skip_nonfinite,
     updates whose gradients are not finite are left out (SkipNonfinite, over Keras' own Adam)."""
-    adam = GuardedAdam if hp.skip_nonfinite else fast.Adam if "adam" in model.kernels else keras.optimizers.Adam
+    adam = GuardedAdam if hp.skip_nonfinite else model.kernels.optimizer
     optimizer = adam(learning_rate=learning_rate(hp, total_steps), beta_1=0.9, beta_2=hp.adam_beta2,
                      epsilon=hp.adam_epsilon, weight_decay=hp.weight_decay or None)
     model.compile(optimizer=optimizer, loss=loss_function(model, hp),

@@ -5,12 +5,13 @@ normalization, encoder and decoder blocks (3.1), label smoothing (5.4), the lear
 schedule and the optimizer (5.3).
 
 Written with `keras.ops` only, so the same code runs on the TensorFlow, JAX and PyTorch backends.
-Layers take plain arguments (no hyperparameter object) and do no I/O. Masks are built once from
+Layers take plain arguments (no hyperparameter object; Choices takes its defaults from
+hyperparams.Hparams) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
 The layers are built from a few primitives, `Parts` (first below): a kernel-size-1 convolution,
 dropout, layer normalization and the loss. Each layer takes the parts it is built with, plain by
-default; fast.py has faster kernels for some of them, with the same weights and results, which the
+default; kernels/fast.py has faster kernels for some of them, with the same weights and results, which the
 model hands to its layers when --kernels asks for them. Every forward pass, plain or fast,
 training or decoding, runs the `call` methods written here.
 
@@ -24,6 +25,10 @@ from typing import Callable, Optional
 import keras
 import numpy as np
 from keras import ops
+
+import hyperparams
+from hyperparams import NORMS as NORM_PLACES
+from hyperparams import POSITIONAL as POSITIONAL_KINDS
 
 PACKAGE = "transformer"
 NEG_INF = -1e9  # added to the attention logits of masked keys
@@ -43,7 +48,7 @@ class PointwiseConv(keras.layers.Conv1D):
 
 @dataclasses.dataclass(frozen=True)
 class Parts:
-    """The primitives the layers are built from: the plain ones by default. fast.py builds a Parts
+    """The primitives the layers are built from: the plain ones by default. kernels/fast.py builds a Parts
     with faster kernels for some (same weights, same results within rounding); the model hands
     its Parts to every layer when it is built (--kernels)."""
 
@@ -86,7 +91,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     def __init__(self, d_model, maxlen, kind="sinusoid", **kwargs):
         super().__init__(**kwargs)
-        if kind not in ("sinusoid", "learned", "none"):
+        if kind not in POSITIONAL_KINDS:
             raise ValueError(f"kind must be 'sinusoid', 'learned' or 'none', not {kind!r}")
         self.d_model, self.maxlen, self.kind = d_model, maxlen, kind
 
@@ -397,8 +402,8 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x):
         """x (N, T, d) -> (N, T, d)."""
-        h = self.inner(x)  # (N, T, f) max(0, x W1 + b1)
-        return self.outer(h)  # (N, T, d) h W2 + b2
+        hidden = self.inner(x)  # (N, T, f) max(0, x W1 + b1)
+        return self.outer(hidden)  # (N, T, d) hidden W2 + b2
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
@@ -408,41 +413,42 @@ class FeedForward(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class AddNorm(keras.layers.Layer):
-    """The residual connection around a sublayer and its layer normalization (sections 3.1, 5.4):
-    LayerNorm(x + Dropout(Sublayer(x))), the paper's "post" place for the norm; or "pre", most
-    later work's: x + Dropout(Sublayer(LayerNorm(x))), the residual path left unnormalized (the
-    model then normalizes each stack's output once, at its end).
+    """The residual connection around a sublayer and its layer normalization (sections 3.1, 5.4),
+    in one call: LayerNorm(x + Dropout(Sublayer(x))), the paper's "post" place for the norm; or
+    "pre", most later work's: x + Dropout(Sublayer(LayerNorm(x))), the residual path left
+    unnormalized (the model then normalizes each stack's output once, at its end).
 
-    A block asks `sublayer_input(x)` for what its sublayer reads, then calls this layer on x and
-    the sublayer's output.
+    A block calls it on x and the sublayer itself, as a function (as the Annotated Transformer's
+    SublayerConnection): the norm's place decides what the sublayer reads, so "Add & Norm" is one
+    call in the block, whichever the place.
 
     Args:
       dropout_rate: residual dropout on the sublayer's output.
       epsilon: layer-norm epsilon.
-      position: "post" or "pre", where the layer norm sits.
+      position: "post" or "pre", where the layer norm sits (NORM_PLACES).
       parts: the primitives to build with (Parts; default: the plain ones).
     """
 
     def __init__(self, dropout_rate=0.0, epsilon=1e-6, position="post", parts=None, **kwargs):
         super().__init__(**kwargs)
-        if position not in ("post", "pre"):
+        if position not in NORM_PLACES:
             raise ValueError(f"position must be 'post' or 'pre', not {position!r}")
         self.dropout_rate, self.epsilon, self.position = dropout_rate, epsilon, position
         parts = parts or PLAIN
         self.dropout = parts.Dropout(dropout_rate)
         self.norm = parts.LayerNormalization(epsilon=epsilon, name="norm")
 
-    def build(self, x_shape, y_shape=None):
+    def build(self, x_shape):
         self.norm.build(x_shape)
 
-    def sublayer_input(self, x):
-        """What the sublayer reads: x (N, T, d) itself (post), or LayerNorm(x) (pre) -> (N, T, d)."""
-        return self.norm(x) if self.position == "pre" else x  # (N, T, d)
-
-    def call(self, x, y, training=None):
-        """x (N, T, d) residual, y (N, T, d) sublayer output -> (N, T, d)."""
+    def call(self, x, sublayer, training=None):
+        """x (N, T, d), sublayer a function of (N, T, d) that returns its output (N, T, d), or a
+        tuple led by it -> (N, T, d); after it, with a tuple, the sublayer's other results."""
+        out = sublayer(self.norm(x) if self.position == "pre" else x)  # (N, T, d), or a tuple led by it
+        y, rest = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
         x = x + self.dropout(y, training=training)  # (N, T, d)
-        return x if self.position == "pre" else self.norm(x)  # (N, T, d)
+        x = x if self.position == "pre" else self.norm(x)  # (N, T, d)
+        return (x, *rest) if rest else x
 
     def get_config(self):
         return {**super().get_config(), "dropout_rate": self.dropout_rate, "epsilon": self.epsilon,
@@ -451,19 +457,22 @@ class AddNorm(keras.layers.Layer):
 
 # 3.1 Encoder and decoder blocks
 
+DEFAULT = hyperparams.Hparams()  # the settings' defaults: the values of the choices below when none are given
+
+
 @dataclasses.dataclass(frozen=True)
 class Choices:
     """Details where the paper and the reference differ, as one record that the model hands to its
-    embedding and to every block (hyperparams.Hparams fields of the same names)."""
+    embedding and to every block (the hyperparams.Hparams fields of the same names, and their defaults)."""
 
-    attention_output: bool = True  # W^O in every attention (3.2.2); the reference 2019 has none
-    residual_dropout: bool = True  # dropout on each sublayer's output before the residual sum (5.4)
-    layer_norm_epsilon: float = 1e-6  # the reference: 1e-8
-    embedding_init: str = "normal"  # TokenEmbedding's initializer; the reference: "xavier"
-    pad_logit: str = "learned"  # "zero": the <pad> row of the output projection is 0, as the reference's
-    norm: str = "post"  # where each sublayer's layer norm sits (AddNorm); "pre": before the sublayer
-    scale_embeddings: bool = True  # embeddings times sqrt(d_model) (3.4)
-    share_embeddings: bool = True  # one matrix for source, target and output (3.4); else three
+    attention_output: bool = DEFAULT.attention_output  # W^O in every attention (3.2.2); the reference 2019 has none
+    residual_dropout: bool = DEFAULT.residual_dropout  # dropout on each sublayer's output before the residual sum
+    layer_norm_epsilon: float = DEFAULT.layer_norm_epsilon  # the reference: 1e-8
+    embedding_init: str = DEFAULT.embedding_init  # TokenEmbedding's initializer; the reference: "xavier"
+    pad_logit: str = DEFAULT.pad_logit  # "zero": the <pad> row of the output projection is 0, as the reference's
+    norm: str = DEFAULT.norm  # where each sublayer's layer norm sits (AddNorm, NORM_PLACES)
+    scale_embeddings: bool = DEFAULT.scale_embeddings  # embeddings times sqrt(d_model) (3.4)
+    share_embeddings: bool = DEFAULT.share_embeddings  # one matrix for source, target and output (3.4); else three
 
     @classmethod
     def of(cls, value):
@@ -483,7 +492,7 @@ class Block(keras.layers.Layer):
       parts: the primitives to build with (Parts; default: the plain ones).
     """
 
-    has_cross_attention = False  # the decoder's attention over the encoder output
+    SUBLAYERS = ("self_attention", "feed_forward")  # in order; the decoder's has its cross_attention too
 
     def __init__(self, d_model, d_ff, num_heads, dropout_rate=0.0, attention_dropout=None, choices=None,
                  parts=None, **kwargs):
@@ -492,7 +501,7 @@ class Block(keras.layers.Layer):
         self.attention_dropout, self.choices, self.parts = attention_dropout, Choices.of(choices), parts or PLAIN
         self.self_attention = self.attention("self_attention")
         self.self_attention_norm = self.add_norm("self_attention_norm")
-        if self.has_cross_attention:
+        if "cross_attention" in self.SUBLAYERS:
             self.cross_attention = self.attention("cross_attention")
             self.cross_attention_norm = self.add_norm("cross_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, self.parts, name="feed_forward")
@@ -528,12 +537,10 @@ class EncoderBlock(Block):
     def call(self, x, padding_mask, training=None, return_attention_scores=False):
         """x (N, T1, d), padding_mask (N, T1) bool, True at real tokens -> (N, T1, d); with
         return_attention_scores also the self-attention weights (N, h, T1, T1)."""
-        h = self.self_attention_norm.sublayer_input(x)  # (N, T1, d)
-        a, weights = self.self_attention(h, h, attention_mask=padding_mask, training=training,
-                                         return_attention_scores=True)  # (N, T1, d)
-        x = self.self_attention_norm(x, a, training=training)  # (N, T1, d)
-        f = self.feed_forward(self.feed_forward_norm.sublayer_input(x))  # (N, T1, d)
-        x = self.feed_forward_norm(x, f, training=training)  # (N, T1, d)
+        x, weights = self.self_attention_norm(x, sublayer=lambda x: self.self_attention(
+            x, x, attention_mask=padding_mask, training=training, return_attention_scores=True),
+            training=training)  # (N, T1, d)
+        x = self.feed_forward_norm(x, sublayer=self.feed_forward, training=training)  # (N, T1, d)
         return (x, weights) if return_attention_scores else x
 
 
@@ -542,7 +549,7 @@ class DecoderBlock(Block):
     """Causal self-attention, attention over the encoder output, feed-forward, each wrapped in
     AddNorm (section 3.1, decoder). Arguments as Block's."""
 
-    has_cross_attention = True
+    SUBLAYERS = ("self_attention", "cross_attention", "feed_forward")
 
     def build(self, x_shape, memory_shape=None):
         memory_shape = x_shape if memory_shape is None else memory_shape
@@ -573,21 +580,18 @@ class DecoderBlock(Block):
           (N, T2, d); with caches, ((N, T2, d), the updated self-attention cache); with
           return_attention_scores, the two weights after those.
         """
-        h = self.self_attention_norm.sublayer_input(x)  # (N, T2, d)
         if self_cache is None:  # training, or the reference's uncached decoding: all positions
-            a, self_weights = self.self_attention(h, h, attention_mask=target_mask, causal=True, training=training,
-                                                  return_attention_scores=True)  # (N, T2, d)
+            x, self_weights = self.self_attention_norm(x, sublayer=lambda x: self.self_attention(
+                x, x, attention_mask=target_mask, causal=True, training=training, return_attention_scores=True),
+                training=training)  # (N, T2, d)
         else:  # new positions: earlier ones are in the cache, later ones do not exist yet
-            a, self_cache, self_weights = self.self_attention(h, h, attention_mask=target_mask, cache=self_cache,
-                                                              cache_index=cache_index,
-                                                              return_attention_scores=True)  # (N, T2, d)
-        x = self.self_attention_norm(x, a, training=training)  # (N, T2, d)
-        h = self.cross_attention_norm.sublayer_input(x)  # (N, T2, d)
-        c, *_, weights = self.cross_attention(h, memory, attention_mask=source_mask, cache=cross_cache,
-                                              training=training, return_attention_scores=True)  # (N, T2, d)
-        x = self.cross_attention_norm(x, c, training=training)  # (N, T2, d)
-        f = self.feed_forward(self.feed_forward_norm.sublayer_input(x))  # (N, T2, d)
-        x = self.feed_forward_norm(x, f, training=training)  # (N, T2, d)
+            x, self_cache, self_weights = self.self_attention_norm(x, sublayer=lambda x: self.self_attention(
+                x, x, attention_mask=target_mask, cache=self_cache, cache_index=cache_index,
+                return_attention_scores=True), training=training)  # (N, T2, d)
+        x, *_, weights = self.cross_attention_norm(x, sublayer=lambda x: self.cross_attention(
+            x, memory, attention_mask=source_mask, cache=cross_cache, training=training,
+            return_attention_scores=True), training=training)  # (N, T2, d)
+        x = self.feed_forward_norm(x, sublayer=self.feed_forward, training=training)  # (N, T2, d)
         returned = (x,) + (() if self_cache is None else (self_cache,))
         returned += (self_weights, weights) if return_attention_scores else ()
         return returned[0] if len(returned) == 1 else returned

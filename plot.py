@@ -16,8 +16,8 @@ import argparse
 import os
 
 import hyperparams
-from pictures import plot_runs, read_history
-from utils import UserError, run_cli
+from support.pictures import plot_runs, read_history
+from support.utils import UserError, run_cli
 
 
 def main(argv=None):

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 import hyperparams
 from data_load import clean
-from utils import UserError, check_writable, run_cli, section
+from support.utils import UserError, check_writable, run_cli, section
 
 SPLITS = ("train", "dev", "test")
 # Other names a split's files go by (parallel corpora), tried when --<split>_prefix's are missing:

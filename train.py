@@ -28,13 +28,13 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-import checkpoints
+from trained import checkpoints
 import data_load
-import devices
+from support import devices
 import hyperparams
-from decoding import translate_lines
-from scoring import bleu_scores, format_scores, write_hypotheses, write_results
-from utils import UserError, lock_directory, record_holder, run_cli, section
+from trained.lines import translate_lines
+from support.scoring import bleu_scores, format_scores, write_hypotheses, write_results
+from support.utils import UserError, lock_directory, record_holder, run_cli, section
 
 
 def progress_callback(epoch, num_epochs, first_batch, num_batches, tokens_per_step, guard):
@@ -266,8 +266,8 @@ REDRAW_SECONDS = 30.0
 
 
 def draw_history(logdir):
-    """<logdir>/history.png from history.jsonl (pictures.py)."""
-    import pictures
+    """<logdir>/history.png from history.jsonl (support/pictures.py)."""
+    from support import pictures
 
     try:
         pictures.plot_history(pictures.read_history(os.path.join(logdir, "history.jsonl")),

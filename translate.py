@@ -3,10 +3,10 @@
     echo "Ein Mann fährt Fahrrad." | python translate.py --preset sample
     python translate.py --preset multi30k --beam_size 4 --input de.txt --output en.txt
 
-From Python (a notebook): load once, translate many times (runs.py; `from translate import
+From Python (a notebook): load once, translate many times (trained/runs.py; `from translate import
 Translator` works too).
 
-    from runs import Translator
+    from trained.runs import Translator
     translator = Translator("log/multi30k")
     translator.translate(["Ein Hund läuft.", "Zwei Kinder spielen."], beam_size=4)
 
@@ -21,11 +21,11 @@ import itertools
 import os
 import sys
 
-import checkpoints
+from trained import checkpoints
 import hyperparams
 from data_load import clean
-from runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
-from utils import UserError, atomic_write, run_cli
+from trained.runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
+from support.utils import UserError, atomic_write, run_cli
 
 
 # The settings translate.py uses (--help shows these): the rest come from <logdir>/hparams.json.

@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 
 import hyperparams
-from utils import UserError
+from support.utils import UserError
 
 DEFAULT_PRESET = "multi30k"
 # Hparams fields the benches take as options: where the data is, and the size and batch budget to bench

@@ -34,7 +34,7 @@ import common  # noqa: E402  (bench/common.py)
 import data_load  # noqa: E402
 import decoding  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import optional, run_cli, section  # noqa: E402
+from support.utils import optional, run_cli, section  # noqa: E402
 
 
 def sources(hp, n, source_length, vocab_size, seed):
@@ -69,7 +69,7 @@ def ctranslate2_runs(model, batches, length, beam_size, alpha, quantizations, th
     tokens, outputs as id lists)}; a warm-up batch each first."""
     import tempfile
 
-    from serving import write_ctranslate2
+    from trained.serving import write_ctranslate2
     ctranslate2 = optional("ctranslate2", "export")
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, model.vocab_size)]
@@ -103,7 +103,7 @@ def load_model(args, hp):
     model of the preset's size over the prepro folder's vocabulary, forced to --length tokens."""
     import keras
 
-    import checkpoints
+    from trained import checkpoints
     import model as transformer
 
     keras.utils.set_random_seed(args.seed)

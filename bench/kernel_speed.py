@@ -1,8 +1,8 @@
-"""What each of fast.py's kernels gains, measured side by side in one run: training steps with the
+"""What each of kernels/fast.py's kernels gains, measured side by side in one run: training steps with the
 plain parts, with each training kernel alone, with all of them (--kernels fast) and with all but
 one; beam search with and without its kernel. Rounds alternate the configurations, so a slow
 spell of a shared machine falls on all of them. A kernel's speed-up is plain's time over its own,
-round by round; fast.py keeps the kernels that were faster in at least 12 of 15 counted rounds
+round by round; kernels/fast.py keeps the kernels that were faster in at least 12 of 15 counted rounds
 pooled over three runs (a coin does that about 1 time in 57). Adam's update is also timed alone,
 as it is a few percent of a step. noise is the spread of the plain configuration's own times over
 the rounds (max / min - 1).
@@ -26,9 +26,9 @@ import numpy as np  # noqa: E402
 import common  # noqa: E402  (bench/common.py)
 
 import data_load  # noqa: E402
-import devices  # noqa: E402
+from support import devices  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import run_cli, section  # noqa: E402
+from support.utils import run_cli, section  # noqa: E402
 
 TRAINING = ("feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
 DECODING = ("beam_cache",)
@@ -80,7 +80,7 @@ def time_adam_update(model, rounds, repeats=20):
     import keras
     import tensorflow as tf
 
-    import fast
+    from kernels import fast
 
     variables = model.trainable_variables
     grads = [keras.random.normal(v.shape, stddev=1e-3, seed=i) for i, v in enumerate(variables)]

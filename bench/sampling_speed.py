@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import data_load  # noqa: E402
-from utils import run_cli  # noqa: E402
+from support.utils import run_cli  # noqa: E402
 
 
 def main(argv=None):

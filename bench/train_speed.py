@@ -48,9 +48,9 @@ import common  # noqa: E402  (bench/common.py)
 import yardsticks  # noqa: E402  (bench/yardsticks.py)
 
 import data_load  # noqa: E402
-import devices  # noqa: E402
+from support import devices  # noqa: E402
 import hyperparams  # noqa: E402
-from utils import UserError, peak_rss_mb, run_cli, section  # noqa: E402
+from support.utils import UserError, peak_rss_mb, run_cli, section  # noqa: E402
 
 IWSLT_PAIRS = 196_884  # IWSLT 2016 de-en training pairs after prepro (train.tags, tag lines dropped)
 

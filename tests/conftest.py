@@ -64,7 +64,7 @@ def write_parallel(directory, prefix, src, tgt):
 
 @pytest.fixture(params=["plain", "fast"])
 def kernels(request):
-    """Run a test with the plain parts and with fast.py's kernels (on TensorFlow: all of them):
+    """Run a test with the plain parts and with kernels/fast.py's kernels (on TensorFlow: all of them):
     the --kernels setting for a model the test builds (or model.rebuild)."""
     return request.param
 
@@ -84,6 +84,42 @@ def add_another_residual(monkeypatch):
         return (out[0] + y,) + tuple(out[1:]) if isinstance(out, tuple) else out + y
 
     monkeypatch.setattr(modules.DecoderBlock, "call", another_residual)
+
+
+def add_a_stack_residual(monkeypatch):
+    """A learner's edit to the model's own decoder pass (model.Transformer.decoder_stack), not to a
+    block: the stack's input added to its output once more."""
+    import functools
+
+    import model as transformer
+
+    edited = transformer.Transformer.decoder_stack
+
+    @functools.wraps(edited)
+    def stack_residual(self, y, *args, **kwargs):
+        out, caches, scores = edited(self, y, *args, **kwargs)
+        return out + y, caches, scores
+
+    monkeypatch.setattr(transformer.Transformer, "decoder_stack", stack_residual)
+
+
+def bar_a_column(monkeypatch, column):
+    """A learner's edit to the model's output layer (model.Transformer.logits): one column's logit
+    lowered by 10, so that its token is hardly ever chosen."""
+    import functools
+
+    from keras import ops
+
+    import model as transformer
+
+    edited = transformer.Transformer.logits
+
+    @functools.wraps(edited)
+    def barred(self, y):
+        logits = edited(self, y)  # (N, T, V')
+        return logits - 10.0 * ops.cast(ops.equal(ops.arange(ops.shape(logits)[-1]), column), logits.dtype)
+
+    monkeypatch.setattr(transformer.Transformer, "logits", barred)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def main():
     import keras
     keras.config.disable_traceback_filtering()
 
-    import devices
+    from support import devices
     import hyperparams
     import model as transformer
 

@@ -266,7 +266,8 @@ class Checkout:
         self.path, self.document = str(path), document
         self.ran = {} if ran is None else ran  # command as run: its result, shared by the checkouts
         for name in os.listdir(ROOT):
-            if name.endswith(".py") or name in ("bench", "corpora", "demo.sh", "setup.sh"):
+            package = os.path.isfile(os.path.join(ROOT, name, "__init__.py"))  # a folder of the code
+            if name.endswith(".py") or package or name in ("bench", "corpora", "demo.sh", "setup.sh"):
                 os.symlink(os.path.join(ROOT, name), os.path.join(self.path, name))
         write_user_files(self.path)
         for source, folder in start:

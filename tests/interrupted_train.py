@@ -20,7 +20,7 @@ if __name__ == "__main__":
     sys.argv = sys.argv[2:]
     script = os.path.join(ROOT, sys.argv[0])
     sys.path[:0] = [os.path.dirname(script), ROOT]
-    import utils
+    from support import utils
 
     plain_atomic_write = utils.atomic_write
 

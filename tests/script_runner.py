@@ -44,7 +44,8 @@ def child(request):
         script = request["script"]
         sys.argv = [script, *request["args"]]
         sys.path[0] = os.path.dirname(os.path.abspath(script))
-        sys.modules.pop("utils", None)  # imported here from the project root: the script's own is read anew
+        for name in ("support.utils", "support"):  # imported here from the project root: the script's own is read anew
+            sys.modules.pop(name, None)
         try:
             runpy.run_path(script, run_name="__main__")
             code = 0
@@ -65,7 +66,7 @@ def child(request):
 
 def serve():
     sys.path.insert(0, ROOT)
-    from utils import startup_lines_caught
+    from support.utils import startup_lines_caught
 
     with startup_lines_caught():  # TensorFlow's import-time lines, once, kept off the test output
         import keras  # noqa: F401  (the point: imported before the forks)

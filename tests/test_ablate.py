@@ -175,7 +175,7 @@ def test_the_verdict_calls_about_one_difference_in_twenty_real_where_there_is_no
 
 
 def test_the_paired_bootstrap_finds_a_real_difference_and_not_an_equal_one():
-    from scoring import paired_bootstrap
+    from support.scoring import paired_bootstrap
     rng = np.random.default_rng(0)
     references = [f"a dog number {i} runs on the grass today" for i in range(300)]
 

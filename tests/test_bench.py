@@ -68,8 +68,8 @@ def test_peak_memory_is_the_script_own_not_its_parent():
     (getrusage's ru_maxrss on Linux reported the parent's memory at fork time)."""
     held = bytearray(400 * 2**20)
     held[::4096] = b"\1" * len(held[::4096])  # touch every page
-    code = "import utils; a = utils.peak_rss_mb(); b = bytearray(300 * 2**20); b[::4096] = b'\\1' * len(b[::4096]); " \
-           "print(a, utils.peak_rss_mb())"
+    code = "from support import utils; a = utils.peak_rss_mb(); b = bytearray(300 * 2**20); " \
+           "b[::4096] = b'\\1' * len(b[::4096]); print(a, utils.peak_rss_mb())"
     run = run_script("-c", code)
     assert run.returncode == 0, run.stderr[-2000:]
     before, after = map(float, run.stdout.split())

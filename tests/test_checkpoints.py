@@ -1,11 +1,17 @@
 """Finding, choosing and pruning checkpoints by name and training state (no model needed: the files
-are zips holding only the state). Saving, restoring and averaging real checkpoints are tested by
-test_train.py (bit-for-bit resume) and test_eval.py (--average_last)."""
+are zips holding only the state); a run trained before the layout change translating the same after
+it. Saving, restoring and averaging real checkpoints are tested by test_train.py (bit-for-bit
+resume) and test_eval.py (--average_last)."""
 import json
 import os
+import subprocess
+import sys
 import zipfile
 
-import checkpoints
+import pytest
+
+from conftest import ROOT
+from trained import checkpoints
 
 
 def fake_checkpoint(path, state=None):
@@ -72,7 +78,7 @@ def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(t
     import numpy as np
     from keras import ops
 
-    import fast
+    from kernels import fast
     import hyperparams
     import model as transformer
 
@@ -104,6 +110,44 @@ def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(t
     for path in (new, flat, with_kernels):
         for kernels in ("plain", "fast"):
             loaded = checkpoints.load(path, dataclasses.replace(hp, kernels=kernels))
-            assert loaded.choices == m.choices and loaded.kernels == fast.chosen(kernels)
+            assert loaded.choices == m.choices and loaded.kernels == fast.choose(kernels)
             np.testing.assert_allclose(ops.convert_to_numpy(loaded((x, x), training=False)), want,
                                        rtol=1e-5, atol=1e-5)
+
+
+# The last commit before the model owned its cached decoder step and the code moved into folders
+BEFORE_THE_LAYOUT = "29e35a7"
+
+
+@pytest.mark.slow
+def test_a_run_trained_before_the_layout_translates_the_same_after_it(quick_start, tmp_path):
+    """A run trained by the project's code as it was before the layout change (BEFORE_THE_LAYOUT,
+    taken from the repository's history, run unedited in a folder of its own) loads and translates
+    the same lines to the same text with today's code: greedy and beam search, from its own
+    translate.py and from today's."""
+    old = tmp_path / "before"
+    if subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{BEFORE_THE_LAYOUT}^{{commit}}"]).returncode != 0:
+        pytest.skip(f"this checkout's history has no commit {BEFORE_THE_LAYOUT} (a shallow clone)")
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", ROOT, "archive", BEFORE_THE_LAYOUT], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    log = tmp_path / "run"
+    trained = subprocess.run([sys.executable, "train.py", "--preset", "sample", "--prepro_dir", str(quick_start.prepro),
+                              "--logdir", str(log), "--num_epochs", "1", "--d_model", "32", "--d_ff", "64",
+                              "--num_blocks", "2", "--num_heads", "2"], cwd=old, env=env, capture_output=True,
+                             text=True)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    lines = tmp_path / "in.de"
+    lines.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n\nEine Frau liest ein Buch.\n",
+                     encoding="utf-8")
+    for beam in ("1", "4"):
+        outputs = []
+        for folder in (old, ROOT):
+            out = tmp_path / f"out.{len(outputs)}.{beam}"
+            run = subprocess.run([sys.executable, "translate.py", "--logdir", str(log), "--beam_size", beam,
+                                  "--input", str(lines), "--output", str(out)], cwd=folder, env=env,
+                                 capture_output=True, text=True)
+            assert run.returncode == 0, run.stderr[-2000:]
+            outputs.append(out.read_text(encoding="utf-8"))
+        assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 4, outputs

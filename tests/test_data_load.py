@@ -166,7 +166,7 @@ def test_tf_dataset_yields_the_numpy_batches():
 FAULTS = """
 import resource, sys
 sys.path.insert(0, sys.argv[1])
-import utils  # noqa: F401  (sets the allocator, as every script's imports do)
+from support import utils  # noqa: F401  (sets the allocator, as every script's imports do)
 import tensorflow as tf
 x, w = tf.ones((2048, 256)), tf.ones((256, 8000))
 step = tf.function(lambda x, w: tf.reduce_sum(tf.exp(tf.matmul(x, w) * 1e-3)))  # 65 MB temporaries

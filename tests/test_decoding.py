@@ -7,7 +7,7 @@ from keras import ops
 import decoding
 import hyperparams
 import model as transformer
-from conftest import add_another_residual
+from conftest import add_a_stack_residual, add_another_residual, bar_a_column
 from data_load import BOS, EOS, PAD
 
 
@@ -182,15 +182,26 @@ def test_beam_scores_are_the_model_score_of_the_returned_outputs(copy_model, ker
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeypatch):
-    """A learner's edit to DecoderBlock.call (here another residual: the block's input added to its
-    output once more) reaches every way of decoding, with the plain and the fast kernels: cached
-    greedy decoding returns what the reference's uncached decoding returns, token for token; beam
-    search of width 1 is that greedy decoding; beam search of width 4 returns the same ids with
-    either kernels, each scored as the changed model scores it (teacher forcing)."""
+@pytest.mark.parametrize("edit", ["a block's call", "the model's decoder pass", "the model's output layer"])
+def test_a_changed_decoder_reaches_every_decoding_path(copy_model, monkeypatch, edit):
+    """A learner's edit to the decoder reaches every way of decoding, with the plain and the fast
+    kernels: to DecoderBlock.call (another residual: the block's input added to its output once
+    more), to the model's own pass over the blocks (Transformer.decoder_stack: the same around the
+    whole stack) or to its output layer (Transformer.logits: one column barred). Cached greedy
+    decoding returns what the reference's uncached decoding returns, token for token; beam search
+    of width 1 is that greedy decoding; beam search of width 4 returns the same ids with either
+    kernels (the in-place cache layout with the fast ones), each scored as the changed model scores
+    it (teacher forcing)."""
     x, _, _ = copy_model[1](40)
     unchanged = decoding.greedy_decode(transformer.rebuild(copy_model[0], "plain"), x)
-    add_another_residual(monkeypatch)
+    if edit == "a block's call":
+        add_another_residual(monkeypatch)
+    elif edit == "the model's decoder pass":
+        add_a_stack_residual(monkeypatch)
+    else:
+        ids, counts = np.unique(unchanged[unchanged > EOS], return_counts=True)
+        token, output_ids = int(ids[np.argmax(counts)]), copy_model[0].output_ids  # the token chosen most often
+        bar_a_column(monkeypatch, token if output_ids is None else output_ids.index(token))
     plain, fast = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "fast"))
     want = decoding.greedy_decode(plain, x, cached=False)
     assert want.shape != unchanged.shape or (want != unchanged).any()  # the edit changes translations
@@ -207,7 +218,7 @@ def test_a_changed_decoder_block_reaches_every_decoding_path(copy_model, monkeyp
 
 def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
     """default_max_len gives 1.5 T1 + 10, clamped to a learned position table, for a Python int and
-    for a length tensor (serving.py's SavedModel computes it in its graph) alike."""
+    for a length tensor (trained/serving.py's SavedModel computes it in its graph) alike."""
     import types
     sinusoid, learned = types.SimpleNamespace(positional="sinusoid"), types.SimpleNamespace(positional="learned",
                                                                                              maxlen2=30)
@@ -221,7 +232,7 @@ def test_the_retracing_warning_of_a_decoding_loop_is_filtered_and_no_other(copy_
     (printed by eval.py over length-sorted batches) is left out; a retraced training step still warns."""
     import logging
 
-    decoding.compiled(copy_model[0], "beam_loop")
+    decoding.compiled(copy_model[0], decoding.beam_loop, static=("max_len", "beam_size", "alpha"))
 
     def kept(function):
         message = (f"5 out of the last 22 calls to functools.partial(<function {function} at 0x7f0c>, "

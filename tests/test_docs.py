@@ -9,7 +9,9 @@ import pytest
 from conftest import ROOT
 
 WALKTHROUGHS = ("docs/walkthrough.md", "docs/walkthrough.zh.md")
-MODULES = {name[:-3] for name in os.listdir(ROOT) if name.endswith(".py")}
+# the top-level modules and the folders of modules (packages) a document may name
+MODULES = {name[:-3] for name in os.listdir(ROOT) if name.endswith(".py")} | {
+    name for name in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, name, "__init__.py"))}
 CODE = re.compile(r"`([^`\s]+)`")
 
 
@@ -33,6 +35,10 @@ def resolves(reference):
     if reference.endswith(".py"):
         return os.path.isfile(os.path.join(ROOT, reference))
     module, *path = reference.split(".")
+    while os.path.isfile(os.path.join(ROOT, module, "__init__.py")) and path:  # a package: its module
+        module = os.path.join(module, path.pop(0))
+    if not os.path.isfile(os.path.join(ROOT, module + ".py")):
+        return False
     with open(os.path.join(ROOT, module + ".py"), encoding="utf-8") as f:
         node = ast.parse(f.read())
     for part in path:
@@ -46,7 +52,7 @@ def code_references(path):
     """The backticked spans of a document that name this project's code."""
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         spans = CODE.findall(f.read())
-    return [s for s in spans if re.fullmatch(r"\w+\.py", s) and s[:-3] in MODULES
+    return [s for s in spans if re.fullmatch(r"\w+(/\w+)?\.py", s) and s[:-3].split("/")[0] in MODULES
             or re.fullmatch(r"\w+(\.\w+)+", s) and s.split(".")[0] in MODULES and not s.endswith(".py")]
 
 
@@ -65,6 +71,8 @@ def test_the_two_walkthroughs_name_the_same_code():
 
 def test_the_checker_finds_what_is_not_there():
     assert resolves("modules.MultiHeadAttention.split_heads") and resolves("data_load.PAD")
+    assert resolves("trained.lines.translate_lines") and resolves("trained/lines.py")
+    assert not resolves("trained.no_such_module.name") and not resolves("trained/no_such_module.py")
     assert not resolves("modules.MultiHeadAttention.no_such_method") and not resolves("modules.no_such_layer")
 
 

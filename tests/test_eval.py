@@ -30,7 +30,7 @@ def test_reference_outputs_score_as_published():
     if not os.path.isdir(data):
         pytest.skip("../shared is not beside the project")
     import prepro
-    import scoring
+    from support import scoring
 
     cases = (("iwslt2016_E19L2.64B28.06", "tst2013", 28.06, 33.07),
              ("iwslt2016_E19L2.64-29146B23.88", "tst2014", 23.88, 27.84))
@@ -58,7 +58,7 @@ def test_eval_beam_search_and_checkpoint_averaging(quick_start):
 def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_start):
     import numpy as np
 
-    import checkpoints
+    from trained import checkpoints
     import eval as evaluation
     import hyperparams
     hp = dataclasses.replace(hyperparams.load_hparams(str(quick_start.log)), average_last=3)
@@ -80,9 +80,9 @@ def test_average_last_is_the_element_wise_mean_of_the_newest_checkpoints(quick_s
 
 @pytest.mark.slow
 def test_a_run_with_fewer_epochs_than_average_last_averages_those_it_has(quick_start, tmp_path):
-    import checkpoints
+    from trained import checkpoints
     import hyperparams
-    from runs import load_trained
+    from trained.runs import load_trained
     run = tmp_path / "run"
     shutil.copytree(quick_start.log / "vocab", run / "vocab")
     shutil.copy(quick_start.log / "hparams.json", run)
@@ -137,8 +137,8 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
     import shutil
 
     import data_load
-    import decoding
     import eval as evaluation
+    from trained import lines as text_lines
     prepro = tmp_path / "prepro"
     shutil.copytree(quick_start.prepro, prepro)
     sp = data_load.load_vocab(str(prepro))
@@ -151,15 +151,15 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
         with open(prepro / f"dev.{lang}", "w", encoding="utf-8") as f:
             f.write("\n".join([first] + lines[1:]) + "\n")
     lengths = []
-    plain = decoding.translate
-    monkeypatch.setattr(decoding, "translate", lambda model, sp, seqs, *a, **k: lengths.extend(map(len, seqs))
+    plain = text_lines.translate
+    monkeypatch.setattr(text_lines, "translate", lambda model, sp, seqs, *a, **k: lengths.extend(map(len, seqs))
                         or plain(model, sp, seqs, *a, **k))
     evaluation.main(["--preset", "sample", "--prepro_dir", str(prepro), "--logdir", str(quick_start.log),
                      "--split", "dev"])
     assert len(lengths) == 50 and max(lengths) == len(sp.encode(long)) >= 150
     assert "pieces" not in capsys.readouterr().err
     trained = evaluation.load_trained(evaluation.hyperparams.load_hparams(str(quick_start.log)))[0]
-    cut = decoding.translate_lines(trained,
+    cut = text_lines.translate_lines(trained,
                                    sp, [long], 50, 4096, source="x")
     assert len(lengths) > 51 and "translated in" in capsys.readouterr().err and cut[0]
 
@@ -167,7 +167,7 @@ def test_eval_translates_a_150_piece_sentence_whole(quick_start, tmp_path, monke
 def test_sacrebleu_keeps_its_smoothing_and_the_reference_way_has_none():
     """sacreBLEU's default exponential smoothing (in its signature) gives a hypothesis without a
     matching 4-gram a score above 0; multi-bleu.perl's way does not smooth, and gives 0."""
-    import scoring
+    from support import scoring
 
     scores = scoring.bleu_scores(["a man rides the bike"], ["a man rides a bike"])
     assert "smooth:exp" in scores["sacrebleu_signature"] and "smooth:none" in scores["reference_signature"]

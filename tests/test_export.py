@@ -137,13 +137,14 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
     export) and translates greedily as translate.py does."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     import decoding
-    import serving
+    from trained.lines import translate_lines
+    from trained import serving
 
     m = variant_model(VARIANTS[variant], sample_sp)
     pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
     serving.write_ctranslate2(m, pieces, str(tmp_path / "ct2"))
     lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee vor einem Haus.", "Kinder."]
-    want = decoding.translate_lines(m, sample_sp, lines, m.maxlen1, 2000)
+    want = translate_lines(m, sample_sp, lines, m.maxlen1, 2000)
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
     sources = [sample_sp.encode(line, out_type=str) for line in lines]
     longest = -(-(max(map(len, sources)) + 1) // 8) * 8  # one batch: with </s>, padded as data_load.encoder_inputs
@@ -162,8 +163,8 @@ def test_a_model_computing_in_bfloat16_exports_as_its_float32_twin(sample_sp, tm
     from keras import ops
 
     import model as transformer
-    import serving
-    from utils import UserError
+    from trained import serving
+    from support.utils import UserError
 
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -191,8 +192,8 @@ def test_ctranslate2_refuses_what_it_cannot_hold(sample_sp, tmp_path, monkeypatc
     the specification does not know: each refused in one line, nothing written."""
     import keras
 
-    import serving
-    from utils import UserError
+    from trained import serving
+    from support.utils import UserError
 
     pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
     m = variant_model({}, sample_sp)
@@ -224,8 +225,8 @@ def test_a_variant_exports_to_a_saved_model_that_translates_as_translate_py(samp
     import tensorflow as tf
 
     import data_load
-    import decoding
-    import serving
+    from trained.lines import translate_lines
+    from trained import serving
 
     m = variant_model({**VARIANTS["learned positions"], **VARIANTS["pre-norm"], **VARIANTS["separate embeddings"]},
                       sample_sp)
@@ -237,7 +238,7 @@ def test_a_variant_exports_to_a_saved_model_that_translates_as_translate_py(samp
              "", "Ein" + "sehrlangeswort" * 6 + " und\u2028dann.",
              " ".join(["Eine Gruppe von Menschen steht vor einem großen Gebäude"] * 3)]
     assert max(len(sample_sp.encode(line)) for line in lines) > 2 * m.maxlen1
-    want = decoding.translate_lines(m, sample_sp, [data_load.clean(x) for x in lines], m.maxlen1, 5000)
+    want = translate_lines(m, sample_sp, [data_load.clean(x) for x in lines], m.maxlen1, 5000)
     loaded = tf.saved_model.load(str(tmp_path / "sm"))  # held: its functions use its variables
     got = [s.decode() for s in loaded.translate(tf.constant(lines)).numpy()]
     assert got == want and got[2] == "" and all(got[i] for i in (0, 1, 3, 4))

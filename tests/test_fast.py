@@ -1,4 +1,4 @@
-"""fast.py: every kernel equals the plain part it replaces, in values and gradients, at the model's
+"""kernels/fast.py: every kernel equals the plain part it replaces, in values and gradients, at the model's
 settings and at others."""
 import dataclasses
 
@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 import decoding
-import fast
+from kernels import fast
 import hyperparams
 import model as transformer
 import modules
@@ -43,8 +43,8 @@ def test_two_models_with_different_kernels_live_in_one_process():
     fast_model = transformer.make_model(dataclasses.replace(hp, kernels="fast"), V)
     plain_model = transformer.make_model(dataclasses.replace(hp, kernels="plain"), V)
     assert (modules.FeedForward.call, modules.PLAIN, decoding.beam_loop) == before
-    assert plain_model.parts == modules.PLAIN and fast_model.parts == fast.parts(fast.chosen("fast"))
-    assert "beam_cache" in fast_model.kernels and not plain_model.kernels
+    assert plain_model.kernels.parts == modules.PLAIN and fast_model.kernels.parts == fast.parts(fast.chosen("fast"))
+    assert fast_model.kernels.in_place_beam_cache and not plain_model.kernels.names
     assert type(fast_model.decoder_blocks[0].feed_forward.inner) is fast.Pointwise
     assert type(plain_model.decoder_blocks[0].feed_forward.inner) is modules.PointwiseConv
     norm = type(fast_model.decoder_blocks[0].feed_forward_norm.norm)
@@ -54,7 +54,7 @@ def test_two_models_with_different_kernels_live_in_one_process():
 
 
 def test_fast_imports_no_decoding_and_no_model():
-    """fast.py stands under the layers: it imports modules.py, never what is built from it."""
+    """kernels/fast.py stands under the layers: it imports modules.py, never what is built from it."""
     import ast
     import inspect
 
@@ -130,7 +130,7 @@ def test_a_checkpoint_saved_with_fast_kernels_loads_with_plain_ones(tmp_path):
     want = ops.convert_to_numpy(m((src, src), training=False))
     path = str(tmp_path / "m.keras")
     m.save(path)
-    import checkpoints
+    from trained import checkpoints
     loaded = checkpoints.load(path, dataclasses.replace(hp, kernels="plain"))
     assert type(loaded.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
     np.testing.assert_allclose(ops.convert_to_numpy(loaded((src, src), training=False)), want, rtol=1e-5, atol=1e-5)
@@ -281,7 +281,7 @@ def test_beam_search_with_caches_in_place_equals_the_reordering_one(copy_model):
     """Beam search keeping caches in place returns the ids and scores of the plain beam search,
     which reorders them (trained copy model, longer inputs than it learned, beam 4 and 5)."""
     plain, in_place = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "beam_cache"))
-    assert "beam_cache" in in_place.kernels and "beam_cache" not in plain.kernels
+    assert in_place.kernels.in_place_beam_cache and not plain.kernels.in_place_beam_cache
     rng = np.random.default_rng(7)
     x = np.zeros((30, 16), np.int32)
     for row, length in zip(x, rng.integers(5, 13, len(x))):

@@ -6,7 +6,7 @@ import pytest
 
 import hyperparams
 from conftest import ROOT, assert_one_line_error, run_script
-from utils import UserError
+from support.utils import UserError
 
 
 # The reference's 2019 experiment, field by field: (Hparams field, its value, where the reference

@@ -43,7 +43,7 @@ def test_multi30k_names_and_plain_names_are_both_found(tmp_path):
 
 
 def test_bleu_tokenizes_languages_without_spaces():
-    from scoring import bleu_scores
+    from support.scoring import bleu_scores
     assert "tok:13a" in bleu_scores(["A dog runs."], ["A dog runs."], "en")["sacrebleu_signature"]
     assert "tok:char" in bleu_scores(["犬が走る。"], ["犬が走る。"], "ja")["sacrebleu_signature"]
     assert "tok:zh" in bleu_scores(["狗在跑。"], ["狗在跑。"], "zh")["sacrebleu_signature"]

@@ -15,7 +15,7 @@ from test_docs import CODE, MODULES, resolves
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-import make_lesson  # noqa: E402  (after the skips: it needs nbformat)
+from lesson import make as make_lesson  # noqa: E402  (after the skips: it needs nbformat)
 
 
 def code_cells(nb):
@@ -124,7 +124,7 @@ def test_the_stored_outputs_are_not_older_than_the_code():
     stored = nb.metadata.get("lesson", {}).get("sources")
     assert stored == make_lesson.sources_digest(nb), (
         "lesson.ipynb's stored outputs are older than its code or the project's code: run "
-        "`python make_lesson.py` and commit both notebooks")
+        "`python -m lesson.make` and commit both notebooks")
     assert all(cell.outputs for cell in nb.cells if cell.cell_type == "code")
     assert os.path.getsize(make_lesson.LESSON) < 1_000_000  # small enough to render where the repository is browsed
 
@@ -134,7 +134,7 @@ def test_the_chinese_lesson_is_the_english_one_with_translated_text():
     built = make_lesson.chinese(nb, make_lesson.read_translations())  # fails on an outdated translation
     stored = make_lesson.read(make_lesson.LESSON_ZH)
     assert [(c.cell_type, c.source) for c in stored.cells] == [(c.cell_type, c.source) for c in built.cells], (
-        "lesson.zh.ipynb is not what make_lesson.py builds: run `python make_lesson.py --zh`")
+        "lesson.zh.ipynb is not what lesson/make.py builds: run `python -m lesson.make --zh`")
     assert [c.get("outputs") for c in stored.cells] == [c.get("outputs") for c in nb.cells]
     assert code_cells(stored) == code_cells(nb)
 

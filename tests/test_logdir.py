@@ -93,15 +93,16 @@ def test_prepro_refuses_to_replace_a_folder_of_other_data_without_overwrite(copi
 
 
 def test_one_training_run_per_log_directory_and_sigkill_leaves_no_stale_lock(tmp_path):
-    from utils import lock_directory
+    from support.utils import lock_directory
 
     held = lock_directory(str(tmp_path / "log"))
     second = run_script("train.py", "--logdir", str(tmp_path / "log"), "--prepro_dir", str(tmp_path / "p"))
     assert_one_line_error(second, rf"{tmp_path / 'log'} is in use by another training run "
                                   rf"\(process {os.getpid()}\)")
     held.close()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, utils; utils.lock_directory(sys.argv[1]); "
-                               "print('locked', flush=True); time.sleep(600)", str(tmp_path / "log")],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from support import utils; "
+                               "utils.lock_directory(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
+                               str(tmp_path / "log")],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     holder.kill()
@@ -138,7 +139,7 @@ def test_resuming_keeps_the_runs_settings_and_records_allowed_changes(copied, qu
 
 
 def test_file_system_errors_are_one_line(copied, tmp_path, capsys):
-    import utils
+    from support import utils
 
     logdir, prepro = copied
     (tmp_path / "a_file").write_text("")
@@ -171,7 +172,7 @@ def test_a_checkpoint_write_that_runs_out_of_space_leaves_nothing_half_written(c
     (run_cli makes it one line), and neither the checkpoint nor its temporary file is left."""
     import keras
 
-    import checkpoints
+    from trained import checkpoints
 
     model = copy_model[0]
 

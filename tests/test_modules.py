@@ -267,7 +267,7 @@ def test_add_norm_normalizes_the_residual_sum_with_its_epsilon(epsilon):
     epsilon (a large one shows when it is ignored)."""
     x, y = rand(N, T1, D, seed=33) * 0.3, rand(N, T1, D, seed=34) * 0.3
     layer = modules.AddNorm(0.0, epsilon)
-    got = ops.convert_to_numpy(layer(x, y))
+    got = ops.convert_to_numpy(layer(x, sublayer=lambda _: y))
     s = x + y
     want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + epsilon)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

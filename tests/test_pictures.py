@@ -39,7 +39,7 @@ def test_plot_draws_several_runs_in_one_picture(tmp_path, monkeypatch):
     run = run_script("plot.py", *runs, "--labels", "ours", "reference", "--output", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     assert out.read_bytes().startswith(PNG) and "3 epochs, 3 epochs" in run.stdout
-    from pictures import plot_runs, read_history
+    from support.pictures import plot_runs, read_history
     import matplotlib.figure
     drawn, savefig = [], matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
@@ -73,7 +73,7 @@ def test_training_draws_its_history(quick_start):
 def test_attention_maps_are_the_models_weights(quick_start):
     """Every layer and head of the cross-attention: rows sum to 1, one row per output piece, one
     column per source piece; the encoder's self-attention; the decoder's, causal."""
-    from runs import Translator, attention_maps
+    from trained.runs import Translator, attention_maps
     translator = Translator(str(quick_start.log))
     source, output, translation, maps = attention_maps(translator, "Ein Mann fährt Fahrrad.", encoder=True,
                                                        decoder_self=True)
@@ -104,7 +104,7 @@ def test_attention_script_writes_a_png(quick_start, tmp_path):
 def test_an_ablation_bar_far_beyond_the_others_is_cut_with_its_value_written(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from pictures import plot_ablations
+    from support.pictures import plot_ablations
     drawn, savefig = [], matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
                         lambda fig, *a, **k: drawn.append(fig) or savefig(fig, *a, **k))
@@ -130,7 +130,7 @@ def test_the_architecture_pairs_every_residual_and_feeds_every_cross_attention(t
 
     import hyperparams
     import model as transformer
-    import pictures
+    from support import pictures
 
     for norm in ("post", "pre"):
         hp = dataclasses.replace(hyperparams.preset("sample"), norm=norm, num_blocks=2)

@@ -9,7 +9,7 @@ import pytest
 import hyperparams
 import prepro
 from conftest import ENGLISH, GERMAN, assert_one_line_error, run_script, write_parallel
-from utils import UserError
+from support.utils import UserError
 
 TRAIN_DE = """<url>http://www.ted.com/talks/a.html</url>
 <keywords>talks, science</keywords>

@@ -11,7 +11,9 @@ import sys
 import pytest
 
 import data_load
-import reference
+from reference_bridge import curves as experiment  # the curves experiment
+from reference_bridge import report, weights
+from support.utils import UserError
 from conftest import ROOT, assert_one_line_error, run_script
 
 CODE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "kyubyong-transformer-fb023bb")
@@ -52,12 +54,12 @@ def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
 def test_a_line_where_the_reference_chose_pad_or_bos_is_compared_up_to_there():
     """compare_line: a whole line must be equal; where the reference's argmax chose <pad> or <s> (the
     port's never does), the port's line must begin with what came before, and only that counts."""
-    assert reference.compare_line("a man rides", "a man rides") == (False, False, 3)
-    assert reference.compare_line("a man rides", "a man rides a bike") == (True, False, 3)
-    assert reference.compare_line("a man<pad><pad>", "a man rides") == (False, True, 2)
-    assert reference.compare_line("a man <s><s>", "a man") == (False, True, 2)
-    assert reference.compare_line("a dog<s>", "a man rides") == (True, True, 2)
-    assert reference.compare_line("<s><s><s>", "girl cat") == (False, True, 0)
+    assert report.compare_line("a man rides", "a man rides") == (False, False, 3)
+    assert report.compare_line("a man rides", "a man rides a bike") == (True, False, 3)
+    assert report.compare_line("a man<pad><pad>", "a man rides") == (False, True, 2)
+    assert report.compare_line("a man <s><s>", "a man") == (False, True, 2)
+    assert report.compare_line("a dog<s>", "a man rides") == (True, True, 2)
+    assert report.compare_line("<s><s><s>", "girl cat") == (False, True, 0)
 
 
 def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
@@ -67,7 +69,7 @@ def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
         return [dict(epoch=e, train_loss=loss, dev_bleu=bleu, dev_bleu_reference=bleu - 3, multi_bleu=multi)
                 for e, (loss, bleu) in enumerate(zip(losses, bleus), 1)]
 
-    table = reference.curves_table([run([5.0, 4.0], [10.0, 20.0], 17.0), run([5.2, 4.2], [11.0, 21.0], 18.0)],
+    table = experiment.curves_table([run([5.0, 4.0], [10.0, 20.0], 17.0), run([5.2, 4.2], [11.0, 21.0], 18.0)],
                                    [run([5.1, 4.1], [10.0, 23.0]), run([5.3, 4.3], [12.0, 24.0])])
     assert "| 1 | 5.10 | 5.20 | 10.50 | 11.00 | 7.50 | 8.00 |" in table
     assert "| 2 | 4.10 | 4.20 | 20.50 | 23.50 | 17.50 | 20.50 |" in table
@@ -76,11 +78,11 @@ def test_the_curves_table_gives_each_sides_means_and_spread_at_the_last_epoch():
     assert ("sacreBLEU: the reference 20.50 (runs 20.00, 21.00), the port 23.50 (seeds 23.00, 24.00), a difference of "
             "+3.00 against runs that differ among themselves by up to 1.00") in table
     assert "With 2 runs a side" in table
-    alone = reference.curves_table([run([5.0], [10.0])], [run([5.1], [12.0]), run([5.3], [13.0])])
+    alone = experiment.curves_table([run([5.0], [10.0])], [run([5.1], [12.0]), run([5.3], [13.0])])
     assert ("a difference of +2.50; the port's seeds differ by 1.00, the other side's one run has no spread to "
             "measure" in alone and "differ among themselves" not in alone)  # one run: no spread, not a spread of 0
     assert "One run on one side: nothing here can be told" in alone
-    one_each = reference.curves_table([run([5.0], [10.0])], [run([5.1], [12.0])])
+    one_each = experiment.curves_table([run([5.0], [10.0])], [run([5.1], [12.0])])
     assert "+2.00, with one run on a side: nothing to measure" in one_each and "One run a side: nothing" in one_each
 
 
@@ -118,13 +120,13 @@ def test_curves_draw_joins_runs_by_their_history_files_and_trains_nothing(tmp_pa
 def test_curves_stops_before_any_training_when_the_equality_report_fails(quick_start, tmp_path, monkeypatch):
     """curves first runs the equality report on the ids it trains on; a row that fails stops it
     before any training, with the report's folder named: the curves would compare two programs."""
-    failing = reference.within("logits", 2e-5, reference.TOLERANCE)
-    monkeypatch.setattr(reference, "check", lambda code, prepro_dir, workdir: [failing])
+    failing = report.within("logits", 2e-5, report.TOLERANCE)
+    monkeypatch.setattr(report, "check", lambda code, prepro_dir, workdir: [failing])
     trained = []
-    monkeypatch.setattr(reference, "train_reference", lambda *args: trained.append(args))
+    monkeypatch.setattr(experiment, "train_reference", lambda *args: trained.append(args))
     work = tmp_path / "work"
-    with pytest.raises(reference.UserError, match="do not compute the same numbers on .*the report above"):
-        reference.curves(None, str(quick_start.prepro), str(work), 1, [])
+    with pytest.raises(UserError, match="do not compute the same numbers on .*the report above"):
+        experiment.curves(None, str(quick_start.prepro), str(work), 1, [])
     assert not trained and not (work / "reference").exists() and not (work / "port").exists()
 
 
@@ -166,7 +168,7 @@ def test_a_reference_run_is_read_from_its_own_summaries_and_translation_files(qu
     (run / "eval" / "1" / "iwslt2016_E01L8.00B100.00").write_text("\n".join(references) + "\nBLEU = 100.00, "
                                                                   "100.0/100.0/100.0/100.0 (BP=1.000, ration=1.000)\n")
     (run / "eval" / "1" / "iwslt2016_E02L6.00").write_text("\n".join(references[:1] + ["x"] * 49) + "\n")
-    history = reference.reference_history(str(run), str(quick_start.prepro))
+    history = experiment.reference_history(str(run), str(quick_start.prepro))
     assert [e["epoch"] for e in history] == [1, 2]  # no file for epoch 3
     assert history[0]["train_loss"] == 8.0 and history[1]["train_loss"] == 5.5  # steps 4 and 5 read
     assert history[0]["multi_bleu"] == 100.0 and abs(history[0]["dev_bleu"] - 100) < 1e-9
@@ -176,9 +178,9 @@ def test_a_reference_run_is_read_from_its_own_summaries_and_translation_files(qu
 
 def test_a_failed_comparison_is_reported_and_fails_the_check():
     """A row beyond its bound is printed FAIL and not ok (the check exits 1 on one)."""
-    assert not reference.within("x", 2e-5, reference.TOLERANCE).ok
-    assert reference.within("x", 2e-5, reference.TOLERANCE).line() == "FAIL x: 2e-05 (at most 1e-05)"
-    assert reference.within("x", 0.0, reference.TOLERANCE).line().startswith("ok   x: 0")
+    assert not report.within("x", 2e-5, report.TOLERANCE).ok
+    assert report.within("x", 2e-5, report.TOLERANCE).line() == "FAIL x: 2e-05 (at most 1e-05)"
+    assert report.within("x", 0.0, report.TOLERANCE).line().startswith("ok   x: 0")
 
 
 @runs_the_reference
@@ -191,7 +193,7 @@ def test_the_check_fails_on_an_adam_epsilon_half_again_as_large(quick_start, tmp
     adam = keras.optimizers.Adam.__init__
     monkeypatch.setattr(keras.optimizers.Adam, "__init__",
                         lambda self, *args, **kwargs: adam(self, *args, **{**kwargs, "epsilon": 1.5e-8}))
-    rows = reference.check(CODE, str(quick_start.prepro), str(tmp_path / "check"))
+    rows = report.check(CODE, str(quick_start.prepro), str(tmp_path / "check"))
     assert rows[0].ok and rows[0].what.startswith("logits"), rows[0].line()
     step1 = next(row for row in rows if row.what.startswith("step 1: every weight"))
     assert not step1.ok and step1.figure > 10 * step1.bound, step1.line()
@@ -206,7 +208,7 @@ def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_se
     reference's own translations, and translate.py (beam 4) and export.py take the converted run."""
     prepro, work = str(quick_start.prepro), tmp_path / "work"
     command = ["reference.py", "curves", "--reference_dir", CODE, "--prepro_dir", prepro, "--workdir", str(work),
-               "--runs", "1", "--", "--num_epochs", "1", "--lr", "0.003", "--warmup_steps", "4", *reference.CHECK_SIZES]
+               "--runs", "1", "--", "--num_epochs", "1", "--lr", "0.003", "--warmup_steps", "4", *report.CHECK_SIZES]
     run = run_script(*command, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "agree: the port computes the reference's numbers" in run.stdout  # the equality report came first
@@ -232,10 +234,10 @@ def test_the_reference_trains_as_published_beside_the_port_and_its_checkpoint_se
     run = run_script("reference.py", "convert", "--ckpt", str(prefix), "--prepro_dir", prepro, "--logdir", str(logdir))
     assert run.returncode == 0, run.stderr[-3000:]
 
-    model, hp = reference.from_reference(str(prefix), prepro, str(tmp_path / "again"))
+    model, hp = weights.from_reference(str(prefix), prepro, str(tmp_path / "again"))
     # its train.py seeds nothing, so its argmax may choose <pad> or <s> in any share of the lines
     # (30 of dev's 50 in one run): those lines are compared up to there
-    compared, differ, cut, words = reference.greedy_differences(theirs, model, hp, prepro)
+    compared, differ, cut, words = report.greedy_differences(theirs, model, hp, prepro)
     dev = data_load.load_text(prepro, "dev", "en")
     assert differ == 0 and compared == len(dev) and words > 0, (compared, differ, cut, words)
     translated = subprocess.run([sys.executable, "translate.py", "--logdir", str(logdir), "--beam_size", "4"], cwd=ROOT,

@@ -71,7 +71,7 @@ def one_epoch(corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("name,value", resume_cases(), ids=lambda v: str(v))
 def test_each_resumable_setting_keeps_the_optimizers_step_and_state(corpus, one_epoch, tmp_path, name, value):
-    import checkpoints
+    from trained import checkpoints
 
     logdir = tmp_path / "log"
     shutil.copytree(one_epoch, logdir)
@@ -82,7 +82,7 @@ def test_each_resumable_setting_keeps_the_optimizers_step_and_state(corpus, one_
     if (name, value) not in REFUSED:
         import keras
 
-        import devices
+        from support import devices
 
         keras.mixed_precision.set_global_policy(devices.precision(hp))  # as devices.setup sets it
         try:
@@ -189,7 +189,7 @@ def test_learned_positions_train_where_lengths_reach_maxlen(corpus, tmp_path, mu
 
 @pytest.mark.slow
 def test_skip_nonfinite_changed_on_resume_keeps_the_optimizer_both_ways(corpus, tmp_path):
-    import checkpoints
+    from trained import checkpoints
 
     logdir = tmp_path / "log"
     assert train(corpus, logdir, "--skip_nonfinite", "1").returncode == 0

@@ -109,7 +109,7 @@ def test_a_switched_model_translates_the_same_in_ctranslate2(trained, tmp_path):
     """The CTranslate2 export follows the switches (pre-norm with each stack's final norm, no
     positions, unscaled and separate embeddings): its greedy outputs are ours."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    import serving
+    from trained import serving
 
     m = trained["all"][0]
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 14)]

@@ -1,4 +1,4 @@
-"""translate.py and decoding.translate_lines: your own sentences, long lines, bad input."""
+"""translate.py and trained/lines.py's translate_lines: your own sentences, long lines, bad input."""
 import re
 import subprocess
 import sys
@@ -31,10 +31,10 @@ def test_translate_round_trip(quick_start, tmp_path):
 def test_split_long_keeps_every_token(quick_start):
     import sentencepiece as spm
 
-    import decoding
+    from trained import lines
     sp = spm.SentencePieceProcessor(model_file=str(quick_start.prepro / "bpe.model"))
     text = "Der Hund schläft im Garten. " * 10 + "Einsehrlangeswortohneende" * 3
-    pieces = decoding.split_long(sp, text.strip(), 12)
+    pieces = lines.split_long(sp, text.strip(), 12)
     assert all(len(p) <= 12 for p in pieces)
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
 
@@ -80,7 +80,7 @@ def test_translate_from_a_pipe_with_verbose_shows_the_start_up_lines(quick_start
     import sys
 
     from conftest import ROOT
-    from runs import Translator
+    from trained.runs import Translator
     dirs = quick_start.dirs
     loud = subprocess.run([sys.executable, "translate.py", *dirs], input="Ein Mann fährt Fahrrad.\n", cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, TRANSFORMER_VERBOSE="1"))
@@ -97,7 +97,7 @@ def test_translator_api_matches_the_script(quick_start):
     import sys
 
     from conftest import ROOT
-    from runs import Translator
+    from trained.runs import Translator
     dirs = quick_start.dirs
     lines = ["Ein Mann fährt Fahrrad.", "", "Die  Frau\ttrinkt Kaffee.", "Das Kind spielt im Park."]
     translator = Translator(str(quick_start.log))

@@ -4,9 +4,9 @@ the optimizer and beam search's cache: each the smallest piece that carries its 
 Each has the weights, the saved format and (within rounding) the values and gradients of the plain
 primitive it replaces; tests/test_fast.py checks each against it, at default and other settings.
 --kernels (auto, plain, fast, or a list of the names below) chooses them when a model is built:
-`parts(chosen)` gives the modules.Parts the model hands to its layers, whose own `call` runs either
-way; model.compile_model picks the optimizer and decoding.beam_loop the cache layout from the same
-choice. docs/speed.md gives each one's measured gain.
+`choose` resolves it once into a Choice: the modules.Parts the model hands to its layers, whose
+own `call` runs either way, the optimizer model.compile_model builds, and the cache layout
+decoding.beam_loop uses. docs/speed.md gives each one's measured gain.
 
   feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
   dropout                 one random 32-bit integer per two elements (TensorFlow)
@@ -193,6 +193,25 @@ PARTS = {
     "layer_norm": ("LayerNormalization", LayerNormalization),
     "cross_entropy": ("cross_entropy", smoothed_cross_entropy),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What a --kernels value chose, resolved once when the model is built (model.Transformer's
+    `kernels`): every place that runs a kernel reads its own field here, and nothing else tests
+    the choice."""
+
+    names: frozenset  # the chosen kernels, of KERNELS
+    parts: modules.Parts  # the primitives every layer is built with
+    optimizer: type  # Adam's class for model.compile_model: Keras' own, or the fused one
+    in_place_beam_cache: bool  # beam search keeps its caches in place (decoding.InPlaceBeamCache)
+
+
+def choose(kernels):
+    """The Choice of a --kernels value on this backend (see `chosen`)."""
+    names = chosen(kernels)
+    return Choice(names=names, parts=parts(names), optimizer=Adam if "adam" in names else keras.optimizers.Adam,
+                  in_place_beam_cache="beam_cache" in names)
 
 
 def chosen(kernels):

@@ -25,7 +25,7 @@ import numpy as np
 
 import data_load
 import hyperparams
-from utils import UserError, atomic_write, import_keras, quiet_half_precision
+from support.utils import UserError, atomic_write, import_keras, quiet_half_precision
 
 EPOCH_CHECKPOINT = re.compile(r"^E(\d+)L([\d.]+|nan|inf)B([\d.]+)\.keras$")
 STEP_CHECKPOINT = re.compile(r"^S(\d+)\.keras$")
@@ -166,7 +166,7 @@ def training_state(model, logdir, epoch, batch, loss_total, loss_count):
 
 def save(model, path, state):
     """model.save plus the training state in the same zip, renamed into place once complete."""
-    import devices
+    from support import devices
 
     devices.sync_variables(model)
     with atomic_write(path) as tmp:

@@ -1,6 +1,6 @@
 """A trained run, from Python: load it, translate with it, look inside it.
 
-    from runs import Translator
+    from trained.runs import Translator
     translator = Translator("log/multi30k")
     translator.translate(["Ein Hund läuft.", "Zwei Kinder spielen."], beam_size=4)
 
@@ -11,10 +11,10 @@ import dataclasses
 import os
 import re
 
-import checkpoints
+from trained import checkpoints
 import data_load
 import hyperparams
-from utils import UserError
+from support.utils import UserError
 
 
 def load_trained(hp, ckpt=None, preset=None):
@@ -71,7 +71,7 @@ class Translator:
         """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of
         one sentence (a str). source, first_line: where the sentences come from, for the note on
         stderr about an over-long line that is translated in pieces."""
-        from decoding import translate_lines
+        from trained.lines import translate_lines
 
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, alpha, source, first_line)[0]

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 
-from utils import UserError, cpu_has_bfloat16, import_keras, quiet_half_precision
+from support.utils import UserError, cpu_has_bfloat16, import_keras, quiet_half_precision
 
 keras = import_keras()  # the first import of Keras in train.py and the benches: quietly
 

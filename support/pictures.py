@@ -11,7 +11,7 @@ import sys
 import typing
 import warnings
 
-from utils import UserError, atomic_write
+from support.utils import UserError, atomic_write
 
 # The panels: (title, [(history key, label)]); a key absent from every line is left out.
 PANELS = (
@@ -192,11 +192,6 @@ def architecture(model):
     the drawing connects to it ("residual from": a residual path leaves at this box's input,
     "residual to": it is added back here, "memory": the encoder's output, "keys from memory": a
     cross-attention)."""
-    def sublayers(block):
-        named = [("self_attention", "self_attention_norm")]
-        named += [("cross_attention", "cross_attention_norm")] if block.has_cross_attention else []
-        return named + [("feed_forward", "feed_forward_norm")]
-
     d, f, h, positions = model.d_model, model.d_ff, model.num_heads, model.positional
     shared = "shared" if model.source_embedding is None else "own"
     boxes = []
@@ -206,8 +201,8 @@ def architecture(model):
         boxes.append(Box(column, "embedding", f"embedding ({shared}) × √d_model  (N, {t}, {d})"))
         boxes.append(Box(column, "position", f"+ positional encoding: {positions}"))
         for block in blocks:
-            for sublayer, norm in sublayers(block):
-                add_norm = getattr(block, norm)
+            for sublayer in block.SUBLAYERS:
+                add_norm = getattr(block, f"{sublayer}_norm")
                 if sublayer == "feed_forward":
                     text, mask = f"{block.name}.feed_forward  {d} → {f} → {d}", None
                 else:

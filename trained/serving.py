@@ -5,13 +5,12 @@ it are imported inside the functions, so that export.py's --help stays quick and
 """
 import dataclasses
 import os
+import re
 
 import numpy as np
 
-from utils import UserError, optional
+from support.utils import UserError, optional
 
-# A logit that never wins: the ids the port's decoding never chooses
-NEVER = -1e9
 # Rows of the sinusoid table given to CTranslate2, which reads positions from a table: the longest
 # sentence it can take or write
 SINUSOID_ROWS = 1024
@@ -27,6 +26,8 @@ CHOICES_WRITTEN = {
     "scale_embeddings": "scale_embeddings",
     "share_embeddings": "the encoder's own embeddings and the output matrix",
 }
+# Each sublayer of a block (model.Transformer.sublayers) and its place in a CTranslate2 layer
+CTRANSLATE2_NAMES = {"self_attention": "self_attention", "cross_attention": "attention", "feed_forward": "ffn"}
 # The feed-forward activations CTranslate2 has, by Keras name
 ACTIVATIONS = ("relu", "gelu")
 # How far a token's log-probability may differ between CTranslate2 (float32) and the model
@@ -93,22 +94,22 @@ def refuse_what_ctranslate2_cannot_hold(model):
     unknown = [f.name for f in dataclasses.fields(model.choices) if f.name not in CHOICES_WRITTEN]
     if unknown:
         refuse(f"the setting {unknown[0]} has no place in CTranslate2's specification (serving.CHOICES_WRITTEN)")
-    if model.positional not in ("sinusoid", "learned", "none"):
+    if model.positional not in modules.POSITIONAL_KINDS:
         refuse(f"positional {model.positional!r}")
-    blocks = [(b, modules.EncoderBlock) for b in model.encoder_blocks] + [(b, modules.DecoderBlock)
-                                                                          for b in model.decoder_blocks]
+    for block, kind in [(b, modules.EncoderBlock) for b in model.encoder_blocks] + [
+            (b, modules.DecoderBlock) for b in model.decoder_blocks]:
+        if type(block) is not kind:
+            refuse(f"{block.path} is a {type(block).__name__}, not modules.{kind.__name__}")
     activations = set()
-    for block, kind in blocks:
-        layers = [(block, kind), (block.self_attention, modules.MultiHeadAttention),
-                  (block.feed_forward, modules.FeedForward)]
-        layers += [(block.cross_attention, modules.MultiHeadAttention)] if kind is modules.DecoderBlock else []
-        for layer, expected in layers:
-            if type(layer) is not expected:
-                refuse(f"{layer.path} is a {type(layer).__name__}, not modules.{expected.__name__}")
-        activation = block.feed_forward.inner.activation.__name__
-        if activation not in ACTIVATIONS or block.feed_forward.outer.activation.__name__ != "linear":
-            refuse(f"{block.path}'s feed-forward activation is {activation}; CTranslate2 has "
-                   f"{' and '.join(ACTIVATIONS)}")
+    for _, _, name, layer, _ in model.sublayers():
+        expected = modules.FeedForward if name == "feed_forward" else modules.MultiHeadAttention
+        if type(layer) is not expected:
+            refuse(f"{layer.path} is a {type(layer).__name__}, not modules.{expected.__name__}")
+        if name != "feed_forward":
+            continue
+        activation = layer.inner.activation.__name__
+        if activation not in ACTIVATIONS or layer.outer.activation.__name__ != "linear":
+            refuse(f"{layer.path}'s activation is {activation}; CTranslate2 has {' and '.join(ACTIVATIONS)}")
         activations.add(activation)
     if len(activations) > 1:
         refuse(f"its blocks use {' and '.join(sorted(activations))}; CTranslate2 has one activation")
@@ -125,6 +126,7 @@ def ctranslate2_spec(model, pieces):
     from keras import ops
 
     import data_load
+    from modules import NEG_INF  # a logit that never wins
 
     activation = refuse_what_ctranslate2_cannot_hold(model)
     pre = model.choices.norm == "pre"
@@ -138,18 +140,14 @@ def ctranslate2_spec(model, pieces):
         (side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings).weight = weight
         side.scale_embeddings = bool(embedding.scale)  # times sqrt(d), as TokenEmbedding
         side.position_encodings.encodings = _positions(model, position)
-    for layer, block in zip(spec.encoder.layer, model.encoder_blocks):
-        _attention(layer.self_attention, block.self_attention, True)
-        _norm(layer.self_attention.layer_norm, block.self_attention_norm.norm)
-        _feed_forward(layer.ffn, block.feed_forward)
-        _norm(layer.ffn.layer_norm, block.feed_forward_norm.norm)
-    for layer, block in zip(spec.decoder.layer, model.decoder_blocks):
-        _attention(layer.self_attention, block.self_attention, True)
-        _norm(layer.self_attention.layer_norm, block.self_attention_norm.norm)
-        _attention(layer.attention, block.cross_attention, False)
-        _norm(layer.attention.layer_norm, block.cross_attention_norm.norm)
-        _feed_forward(layer.ffn, block.feed_forward)
-        _norm(layer.ffn.layer_norm, block.feed_forward_norm.norm)
+    layers = {"encoder": spec.encoder.layer, "decoder": spec.decoder.layer}
+    for stack, i, name, sublayer, add_norm in model.sublayers():
+        place = getattr(layers[stack][i], CTRANSLATE2_NAMES[name])
+        if name == "feed_forward":
+            _feed_forward(place, sublayer)
+        else:
+            _attention(place, sublayer, name == "self_attention")
+        _norm(place.layer_norm, add_norm.norm)
     if pre:  # each stack's final layer norm
         _norm(spec.encoder.layer_norm, model.encoder_norm)
         _norm(spec.decoder.layer_norm, model.decoder_norm)
@@ -158,9 +156,9 @@ def ctranslate2_spec(model, pieces):
     # decoding never chooses
     bias = np.zeros(model.vocab_size, np.float32)
     if model.output_ids is not None:
-        bias[:] = NEVER
+        bias[:] = NEG_INF
         bias[model.output_ids] = 0.0
-    bias[[data_load.PAD, data_load.BOS]] = NEVER
+    bias[[data_load.PAD, data_load.BOS]] = NEG_INF
     spec.decoder.projection.weight = np.asarray(ops.convert_to_numpy(model.embedding.output_matrix()), np.float32)
     spec.decoder.projection.bias = bias
     spec.config.add_source_eos = True  # the encoder reads the pieces and </s>
@@ -236,7 +234,7 @@ def export_saved_model(translator, output):
     tf_text = optional("tensorflow_text", "export")
 
     import data_load
-    from decoding import default_max_len, greedy_loop, split_long_tensor
+    from decoding import default_max_len, greedy_loop
 
     if keras.backend.backend() != "tensorflow":
         raise UserError("--format saved_model needs KERAS_BACKEND=tensorflow")
@@ -250,7 +248,7 @@ def export_saved_model(translator, output):
 
     def translate(sentences):
         text = data_load.clean_tensor(sentences)  # (N,) as translate.py cleans them
-        # 1. each line's pieces of at most maxlen1 - 1 tokens (decoding.translate_lines), and </s>
+        # 1. each line's pieces of at most maxlen1 - 1 tokens (trained/lines.py's translate_lines), and </s>
         pieces, owner = split_long_tensor(tokenizer.tokenize(text), vocabulary, model.maxlen1 - 1)  # (P, None), (P,)
         eos = tf.RaggedTensor.from_tensor(tf.fill([pieces.nrows(), 1], data_load.EOS))  # (P, 1)
         source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=data_load.PAD)  # (P, T)
@@ -273,3 +271,52 @@ def export_saved_model(translator, output):
     archive.add_endpoint("translate", translate, input_signature=signature)
     archive.add_endpoint("serving_default", translate, input_signature=signature)
     archive.write_out(output, verbose=False)
+
+
+def split_long_tensor(ids, vocabulary, max_tokens):
+    """split_long in TensorFlow ops, for a graph that takes text (trained/serving.py's SavedModel), over
+    every line at once: ids a ragged (N, None) int32 tensor of each line's token ids (no </s>),
+    vocabulary the (V,) string tensor of the pieces -> (the pieces, a ragged (P, None) tensor of
+    ids; the line each came from (P,), in order). An empty line gives no piece.
+    tests/test_export.py checks that the two agree."""
+    import tensorflow as tf
+
+    from trained.lines import SENTENCE_END, WORD_START
+
+    flat, line = ids.flat_values, ids.value_rowids()  # (M,) every line's ids, one after another
+    first = tf.equal(tf.range(tf.size(flat), dtype=line.dtype), tf.gather(ids.row_starts(), line))  # (M,)
+    piece = tf.gather(vocabulary, flat)  # (M,)
+    word = first | tf.strings.regex_full_match(piece, WORD_START + ".*")  # (M,) a word starts here
+    ends = tf.strings.regex_full_match(piece, f".*[{re.escape(SENTENCE_END)}]")  # (M,)
+    sentence = first | (word & tf.concat([[False], ends[:-1]], 0))  # (M,) a sentence starts here
+    ones = tf.ones_like(flat)
+
+    def spans(starts):
+        """The span each token is in (M,), and each span's length."""
+        index = tf.cumsum(tf.cast(starts, tf.int32)) - 1  # (M,)
+        return index, tf.math.unsorted_segment_sum(ones, index, tf.reduce_sum(tf.cast(starts, tf.int32)))
+
+    sentence_index, sentence_length = spans(sentence)
+    unit_index, unit_length = spans(sentence | (word & (tf.gather(sentence_length, sentence_index) > max_tokens)))
+    unit_line = tf.math.unsorted_segment_max(tf.cast(line, tf.int32), unit_index, tf.size(unit_length))  # (U,)
+
+    def pack(state, unit):
+        """Greedy packing, one unit at a time: (line, tokens in the open piece, pieces so far,
+        this unit's first piece)."""
+        last_line, current, count, _ = state
+        length, unit_of_line = unit
+        current = tf.where(tf.equal(unit_of_line, last_line), current, 0)  # a new line opens no piece
+        join = (current > 0) & (current + length <= max_tokens)
+        start = tf.where(join, count - 1, count)
+        count = tf.where(join, count, count + (length + max_tokens - 1) // max_tokens)
+        current = tf.where(join, current + length, tf.where(length <= max_tokens, length, 0))
+        return unit_of_line, current, count, start
+
+    zero = tf.constant(0, tf.int32)
+    _, _, counts, unit_piece = tf.scan(pack, (unit_length, unit_line), (zero - 1, zero, zero, zero))
+    offset = tf.range(tf.size(flat)) - tf.gather(tf.cumsum(unit_length, exclusive=True), unit_index)  # (M,)
+    token_piece = tf.gather(unit_piece, unit_index) + offset // max_tokens  # (M,)
+    count = tf.reduce_max(tf.concat([[0], counts], 0))  # P
+    pieces = tf.RaggedTensor.from_value_rowids(flat, tf.cast(token_piece, tf.int64), nrows=tf.cast(count, tf.int64))
+    owner = tf.math.unsorted_segment_max(tf.cast(line, tf.int32), token_piece, count)  # (P,)
+    return pieces, owner

@@ -2,8 +2,8 @@
 runs start from nothing, and yours in log/ are left alone), store its outputs and pictures in it,
 and write lesson.zh.ipynb, the same cells and outputs with the Chinese text of docs/lesson.zh.json.
 
-    python make_lesson.py           # after changing the lesson or the code it runs (1-2 minutes)
-    python make_lesson.py --zh      # only lesson.zh.ipynb, after changing a translation
+    python -m lesson.make           # after changing the lesson or the code it runs (1-2 minutes)
+    python -m lesson.make --zh      # only lesson.zh.ipynb, after changing a translation
 
 The notebook is stamped with a digest of its code cells and of the project files its outputs come
 from (the modules, prepro.py and train.py): the tests fail, naming this command, when the stored
@@ -20,13 +20,15 @@ import subprocess
 import tempfile
 import time
 
-from utils import UserError, atomic_write, run_cli
+from support.utils import UserError, atomic_write, run_cli
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 LESSON = os.path.join(HERE, "lesson.ipynb")
 LESSON_ZH = os.path.join(HERE, "lesson.zh.ipynb")
 TRANSLATIONS = os.path.join(HERE, "docs", "lesson.zh.json")
 SCRIPTS_RUN = ("prepro.py", "train.py")  # the scripts the lesson runs; every module counts too
+# the folders of modules the lesson's outputs may come from (not the tests, benches or this maker)
+CODE_FOLDERS = ("support", "kernels", "trained")
 
 
 def text_digest(text):
@@ -41,15 +43,15 @@ def is_script(path):
 def sources_digest(nb):
     """A digest of what the lesson's outputs depend on: its code cells, the project's modules and
     the scripts it runs."""
-    files = sorted(p for p in glob.glob(os.path.join(HERE, "*.py"))
-                   if os.path.basename(p) in SCRIPTS_RUN or not is_script(p))
+    top = [p for p in glob.glob(os.path.join(HERE, "*.py")) if os.path.basename(p) in SCRIPTS_RUN or not is_script(p)]
+    files = sorted(top + [p for folder in CODE_FOLDERS for p in glob.glob(os.path.join(HERE, folder, "*.py"))])
     digest = hashlib.sha256()
     for cell in nb.cells:
         if cell.cell_type == "code":
             digest.update(cell.source.encode("utf-8"))
     for path in files:
         with open(path, "rb") as f:
-            digest.update(os.path.basename(path).encode() + f.read())
+            digest.update(os.path.relpath(path, HERE).replace(os.sep, "/").encode() + f.read())
     return digest.hexdigest()[:16]
 
 

@@ -5,7 +5,7 @@ sacreBLEU (cased, detokenized, 13a, with its signature) is the score to compare 
 reference's way (multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none")
 is the one to compare with the reference's published figures.
 """
-from utils import atomic_write
+from support.utils import atomic_write
 
 # sacreBLEU's tokenizer for a target language: 13a splits at spaces and punctuation, which finds no
 # words in languages written without spaces; Chinese has its own, the others are scored on characters

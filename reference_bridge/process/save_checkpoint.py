@@ -1,9 +1,10 @@
-"""Run in the reference's own process (reference.LAUNCHER, `tensorflow` being tensorflow.compat.v1),
+"""Run in the reference's own process (reference_bridge/launch.py's LAUNCHER, `tensorflow` being
+tensorflow.compat.v1),
 by `reference.py export`: the reference's Transformer built by its own code, its variables given
 the values of WEIGHTS.npz (the reference's variable names as keys, written from a port run), saved
 by its own tf.train.Saver as PREFIX, with the reference's hparams file beside it.
 
-    python -c reference.LAUNCHER <reference dir> reference_process/save_checkpoint.py WEIGHTS.npz PREFIX <its hparams>
+    python -c LAUNCHER <reference dir> reference_bridge/process/save_checkpoint.py WEIGHTS.npz PREFIX <hparams>
 
 Only the model's weights: the reference's test.py restores them; its train.py would start its
 optimizer's state anew.

@@ -1,4 +1,5 @@
-"""Run in the reference's own process (reference.LAUNCHER, `tensorflow` being tensorflow.compat.v1),
+"""Run in the reference's own process (reference_bridge/launch.py's LAUNCHER, `tensorflow` being
+tensorflow.compat.v1),
 by `reference.py check`: the reference's Transformer at random initial weights, its logits for the
 first batch (inference mode, training=False), then a few steps of its own train() (its loss, its
 noam_scheme, its tf.train.AdamOptimizer), a batch a step. Writes the checkpoint <logdir>/random-0
@@ -7,7 +8,7 @@ after each step k (1, 2, ...) every trainable variable as "k:<its name>" and the
 "k:loss", for the batches of BATCHES.npz (x0, d0, y0, x1, ...: source ids with </s>, decoder
 input, target ids with </s>).
 
-    python -c reference.LAUNCHER <reference dir> reference_process/check.py BATCHES.npz OUT.npz <its hparams>
+    python -c LAUNCHER <reference dir> reference_bridge/process/check.py BATCHES.npz OUT.npz <its hparams>
 """
 import os
 import sys
