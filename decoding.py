@@ -128,25 +128,25 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
     Returns:
       (the new state, parents (N, K): the hypothesis each open one extends, tokens (N*K,)).
     """
-    n, k, vocab = ops.shape(state["alive_scores"])[0], beam_size, model.output_size
+    n, vocab = ops.shape(state["alive_scores"])[0], model.output_size
     # 1. extend: the 2K best of K x V' candidates per sentence
-    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, k, vocab))  # (N, K, V')
-    candidates = ops.reshape(log_probs + ops.expand_dims(state["alive_scores"], -1), (n, k * vocab))
-    top_scores, top = ops.top_k(candidates, 2 * k)  # (N, 2K)
+    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, beam_size, vocab))  # (N, K, V')
+    candidates = ops.reshape(log_probs + ops.expand_dims(state["alive_scores"], -1), (n, beam_size * vocab))
+    top_scores, top = ops.top_k(candidates, 2 * beam_size)  # (N, 2K)
     top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * V' + column
     top_beams, top_tokens = top // vocab, model.to_ids(top % vocab)  # (N, 2K)
     top_seqs = ops.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
                                 ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
     is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
     # 2. finished: </s> among the best K candidates of a sentence not yet done
-    eligible = ops.logical_and(is_eos, ops.arange(2 * k) < k)  # (N, 2K)
+    eligible = ops.logical_and(is_eos, ops.arange(2 * beam_size) < beam_size)  # (N, 2K)
     eligible = ops.logical_and(eligible, ops.logical_not(ops.expand_dims(state["done"], 1)))
     new_norm = ops.where(eligible, top_scores / length_penalty(t + 1, alpha), NEG_INF)  # (N, 2K)
-    fin_norm, keep = ops.top_k(ops.concatenate([state["fin_norm"], new_norm], axis=1), k)  # (N, K)
+    fin_norm, keep = ops.top_k(ops.concatenate([state["fin_norm"], new_norm], axis=1), beam_size)  # (N, K)
     fin_seqs = gather_beams(ops.concatenate([state["fin_seqs"], top_seqs], axis=1), keep)  # (N, K, L)
     fin_scores = ops.take_along_axis(ops.concatenate([state["fin_scores"], top_scores], axis=1), keep, axis=1)
     # 3. open: the best K candidates that do not end in </s>
-    open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k)  # (N, K)
+    open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), beam_size)  # (N, K)
     parents = ops.take_along_axis(top_beams, pick, axis=1)  # (N, K)
     tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
     # 4. done: no open hypothesis can beat the best finished one
@@ -158,13 +158,13 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
     return state, parents, tokens
 
 
-def beam_start(n, k, max_len):
+def beam_start(n, beam_size, max_len):
     """The beam state before the first step: K copies of the empty hypothesis, of which one is open
     (the others at NEG_INF, so the first step does not pick the same extension K times)."""
-    first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, k - 1), NEG_INF)], axis=1)  # (N, K)
-    return dict(alive_seqs=ops.zeros((n, k, max_len), "int32"), alive_scores=first,
-                fin_seqs=ops.zeros((n, k, max_len), "int32"), fin_norm=ops.full((n, k), NEG_INF),
-                fin_scores=ops.full((n, k), NEG_INF), done=ops.zeros((n,), "bool"))
+    first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, beam_size - 1), NEG_INF)], axis=1)  # (N, K)
+    return dict(alive_seqs=ops.zeros((n, beam_size, max_len), "int32"), alive_scores=first,
+                fin_seqs=ops.zeros((n, beam_size, max_len), "int32"), fin_norm=ops.full((n, beam_size), NEG_INF),
+                fin_scores=ops.full((n, beam_size), NEG_INF), done=ops.zeros((n,), "bool"))
 
 
 def beam_result(state):
@@ -244,20 +244,20 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     Returns:
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
     """
-    k, n = beam_size, ops.shape(source)[0]
+    n = ops.shape(source)[0]
     layout = InPlaceBeamCache if model.kernels.in_place_beam_cache else ReorderedCache
-    cache = layout(model, source, max_len, k)
+    cache = layout(model, source, max_len, beam_size)
 
     def cond(t, tokens, state, cache_state):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
     def body(t, tokens, state, cache_state):
         log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
-        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, k, alpha, state)
+        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state)
         return t + 1, tokens, state, cache.reorder(cache_state, parents)
 
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * k,), BOS, "int32"), beam_start(n, k, max_len),
-             cache.initial)
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
+             beam_start(n, beam_size, max_len), cache.initial)
     _, _, state, _ = ops.while_loop(cond, body, start)
     return beam_result(state)
 

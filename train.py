@@ -94,9 +94,10 @@ class StopSignals:
             signal.signal(s, handler)
 
 
-def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
-    """A Keras callback that keeps the epoch's loss, writes mid-epoch checkpoints every
-    hp.save_every_steps steps and on SIGINT/SIGTERM, and stops at a non-finite loss (or counts
+def guard_callback(hp, folder, epoch, first_batch, loss_total, loss_count, signals):
+    """A Keras callback that keeps the epoch's loss, writes mid-epoch checkpoints into the run's
+    folder (hp.logdir, or a worker's scratch folder) every hp.save_every_steps steps and on
+    SIGINT/SIGTERM, and stops at a non-finite loss (or counts
     and leaves out such a batch with hp.skip_nonfinite).
 
     Keras' loss tracker is read and emptied after every batch, so that each batch's loss is the
@@ -133,10 +134,10 @@ def guard_callback(hp, epoch, first_batch, loss_total, loss_count, signals):
                 self.model.stop_training = True
 
         def save(self, step):
-            path = os.path.join(hp.logdir, "ckpt", "steps", f"S{step:08d}.keras")
-            checkpoints.save(self.model, path, checkpoints.training_state(self.model, hp.logdir, epoch, self.batch,
+            path = os.path.join(folder, "ckpt", "steps", f"S{step:08d}.keras")
+            checkpoints.save(self.model, path, checkpoints.training_state(self.model, folder, epoch, self.batch,
                                                                           self.loss_total, self.loss_count))
-            checkpoints.prune_steps(hp.logdir, hp.keep_step_checkpoints)
+            checkpoints.prune_steps(folder, hp.keep_step_checkpoints)
             self.saved, self.last_saved_step = path, step
 
     return Guard()
@@ -200,21 +201,21 @@ def check_start(hp):
     return found[1].get("step", 0), resume_changes(hp)
 
 
-def accept_start(hp, out, resumed, lock):
+def accept_start(hp, folder, resumed, lock):
     """Once the run is set to start or resume (check_start, the model built or restored), the first
     writes: the lock's holder, the settings (a new run's; a resumed run's changes, printed and
     recorded with their step in hparams.json) and the run's copy of the vocabulary
     (checkpoints.keep_vocabulary)."""
     record_holder(lock)
     if resumed is None:
-        print(f"saved to {hyperparams.save_hparams(hp, out.logdir)}")
+        print(f"saved to {hyperparams.save_hparams(hp, folder)}")
     elif resumed[1]:
         step, changed = resumed
         print(f"resuming with changed settings from step {step}: "
               + ", ".join(f"{f} {a} -> {b}" for f, (a, b) in changed.items()))
-        hyperparams.save_hparams(hp, out.logdir, hyperparams.saved_changes(hp.logdir) + [{"step": step, **changed}])
-    if not os.path.isfile(os.path.join(out.logdir, checkpoints.VOCAB_DIR, "meta.json")):
-        checkpoints.keep_vocabulary(hp.prepro_dir, out.logdir)
+        hyperparams.save_hparams(hp, folder, hyperparams.saved_changes(hp.logdir) + [{"step": step, **changed}])
+    if not os.path.isfile(os.path.join(folder, checkpoints.VOCAB_DIR, "meta.json")):
+        checkpoints.keep_vocabulary(hp.prepro_dir, folder)
 
 
 def with_languages(hp, given):
@@ -347,14 +348,22 @@ def build_or_resume(hp, run, train, vocab_size, total_steps):
     return model, epoch, batch, (state.get("loss_total", 0.0), state.get("loss_count", 0.0))
 
 
-def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
-    """Train on the batches of `epoch` from batch `first` on; stop the run (UserError, or exit on a
-    signal) where the guard says so. Returns (guard, progress callback, the batches' target
-    tokens, seconds in fit)."""
+@dataclasses.dataclass
+class Fitted:
+    """What fit_epoch hands to end_epoch."""
+    guard: object  # guard_callback's: the epoch's loss, its last batch
+    progress: object  # progress_callback's: the seconds the steps took
+    tokens: list  # the target tokens of each batch trained on
+    fit_seconds: float  # the epoch's steps plus Keras' set-up and tear-down
+
+
+def fit_epoch(model, hp, folder, train, epoch, first, carry, signals):
+    """Train on the batches of `epoch` from batch `first` on, checkpoints into folder; stop the run
+    (UserError, or exit on a signal) where the guard says so. Returns a Fitted."""
     plan = train.plan(epoch)
     rest = plan[first:]
     tokens = train.target_tokens(rest)
-    guard = guard_callback(out, epoch, first, *carry, signals)
+    guard = guard_callback(hp, folder, epoch, first, *carry, signals)
     progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens, guard)
     fit_start = time.time()
     if rest:
@@ -365,7 +374,7 @@ def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
         # the number of steps given: Keras cannot know a generator's length, and warns that the input
         # ran out of data when it ends
         model.fit(dataset, steps_per_epoch=len(rest), epochs=epoch + 1, initial_epoch=epoch, verbose=0, shuffle=False,
-                  callbacks=[c for c in (guard, step_scalars_callback(out.logdir, guard), progress) if c])
+                  callbacks=[c for c in (guard, step_scalars_callback(folder, guard), progress) if c])
     fit_seconds = time.time() - fit_start  # the epoch's steps plus Keras' set-up and tear-down
     if guard.nonfinite:
         step, batch, value = guard.nonfinite
@@ -380,16 +389,18 @@ def fit_epoch(model, hp, out, train, epoch, first, carry, signals):
         sys.exit(128 + signals.received)
     if not rest:
         progress.seconds = 0.0
-    return guard, progress, tokens, fit_seconds
+    return Fitted(guard, progress, tokens, fit_seconds)
 
 
-def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_seconds, started):
-    """After an epoch: dev loss and BLEU, the dev translations, the epoch checkpoint, the history
-    line and TensorBoard scalars, one printed line. Returns the checkpoint's name."""
+def end_epoch(model, hp, folder, sp, dev, epoch, fitted, started):
+    """After an epoch (fitted: fit_epoch's): dev loss and BLEU, the dev translations, the epoch
+    checkpoint, the history line and TensorBoard scalars in folder, one printed line. Returns the
+    checkpoint's name."""
     import keras
 
     import model as transformer
 
+    guard, progress, tokens = fitted.guard, fitted.progress, fitted.tokens
     train_loss = guard.loss_total / guard.loss_count if guard.loss_count else float("nan")
     skipped = int(keras.ops.convert_to_numpy(getattr(model.optimizer, "skipped_steps", 0)))
     start = time.time()
@@ -404,21 +415,21 @@ def end_epoch(model, hp, out, sp, dev, epoch, guard, progress, tokens, fit_secon
     # iwslt2016_E19L2.64B28.06.
     name = f"E{epoch + 1:02d}L{train_loss:.2f}B{scores['reference']:.2f}"
     start = time.time()
-    write_results(os.path.join(out.logdir, "eval", name + ".txt"), dev.sources, dev.references, hypotheses,
+    write_results(os.path.join(folder, "eval", name + ".txt"), dev.sources, dev.references, hypotheses,
                   format_scores(scores, "dev"))
-    write_hypotheses(os.path.join(out.logdir, "eval", name), hypotheses, scores["reference_report"])
-    checkpoints.save(model, os.path.join(out.logdir, "ckpt", name + ".keras"),
-                     checkpoints.training_state(model, out.logdir, epoch + 1, 0, 0.0, 0.0))
-    checkpoints.prune(out.logdir, hp.keep_checkpoints)
-    checkpoints.prune_steps(out.logdir)  # older than the epoch checkpoint
+    write_hypotheses(os.path.join(folder, "eval", name), hypotheses, scores["reference_report"])
+    checkpoints.save(model, os.path.join(folder, "ckpt", name + ".keras"),
+                     checkpoints.training_state(model, folder, epoch + 1, 0, 0.0, 0.0))
+    checkpoints.prune(folder, hp.keep_checkpoints)
+    checkpoints.prune_steps(folder)  # older than the epoch checkpoint
     save_seconds = time.time() - start
     lr = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
     seconds = max(progress.seconds, 1e-9)
-    write_scalars(out.logdir, epoch + 1, dict(
+    write_scalars(folder, epoch + 1, dict(
         train_loss=train_loss, dev_loss=dev_loss, dev_bleu=scores["sacrebleu"],
         dev_bleu_reference=scores["reference"], lr=lr,
         step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
-        train_seconds=progress.seconds, fit_seconds=fit_seconds, eval_seconds=eval_seconds,
+        train_seconds=progress.seconds, fit_seconds=fitted.fit_seconds, eval_seconds=eval_seconds,
         save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds),
         samples=list(zip(dev.sources, hypotheses, dev.references))[:3])
     print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
@@ -452,7 +463,6 @@ def main(argv=None):
     lock = lock_directory(logdir, record=False)  # held until the process ends
     hp = with_languages(hp, given)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
-    out = dataclasses.replace(hp, logdir=logdir)
     resumed = check_start(hp)  # nothing is written into the run's folder before it is accepted
     keras.utils.set_random_seed(hp.seed)
 
@@ -461,10 +471,10 @@ def main(argv=None):
 
     section("Build model")
     model, start_epoch, start_batch, carry = build_or_resume(hp, run, train, vocab_size, total_steps)
-    accept_start(hp, out, resumed, lock)
+    accept_start(hp, logdir, resumed, lock)
     print(f"{model.count_params():,} parameters; softmax over {model.output_size:,} of {model.vocab_size:,} ids "
           f"(--output_vocab {model.output_vocab})")
-    write_specs(model, out.logdir)
+    write_specs(model, logdir)
     if start_epoch >= hp.num_epochs:
         print(f"{hp.logdir} already holds {start_epoch} epochs (num_epochs {hp.num_epochs}): nothing to do")
         return
@@ -474,11 +484,11 @@ def main(argv=None):
     with StopSignals() as signals:
         for epoch in range(start_epoch, hp.num_epochs):
             resumed = epoch == start_epoch
-            done = fit_epoch(model, hp, out, train, epoch, start_batch if resumed else 0,
-                             carry if resumed else (0.0, 0.0), signals)
-            name = end_epoch(model, hp, out, sp, dev, epoch, *done, started)
+            fitted = fit_epoch(model, hp, logdir, train, epoch, start_batch if resumed else 0,
+                               carry if resumed else (0.0, 0.0), signals)
+            name = end_epoch(model, hp, logdir, sp, dev, epoch, fitted, started)
             if epoch + 1 == hp.num_epochs or signals.received or time.monotonic() - drawn >= REDRAW_SECONDS:
-                draw_history(out.logdir)
+                draw_history(logdir)
                 drawn = time.monotonic()
             if signals.received:
                 print(f"stopped by {signal.Signals(signals.received).name} after epoch {epoch + 1}: saved "

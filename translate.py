@@ -23,7 +23,6 @@ import sys
 
 from trained import checkpoints
 import hyperparams
-from data_load import clean
 from trained.runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
 from support.utils import UserError, atomic_write, run_cli
 
@@ -33,8 +32,9 @@ SETTINGS = (*hyperparams.DECODING, "eval_tokens_per_batch", "beam_size", "alpha"
 
 
 def decode_lines(data, name, first_line=1):
-    """Cleaned lines of UTF-8 bytes (split on newlines only, as prepro.py cleans them); a UserError
-    naming the line of bytes that are not UTF-8. first_line: the line number of data's first line."""
+    """The lines of UTF-8 bytes, split on newlines only (the Translator cleans each, as prepro.py
+    cleans the corpus); a UserError naming the line of bytes that are not UTF-8. first_line: the
+    line number of data's first line."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -44,11 +44,11 @@ def decode_lines(data, name, first_line=1):
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    return [clean(line) for line in lines]
+    return lines
 
 
 def input_chunks(path=None):
-    """Lists of cleaned input lines: a file's all at once; stdin's as they arrive, the complete
+    """Lists of input lines: a file's all at once; stdin's as they arrive, the complete
     lines of each read (a line typed in a terminal, a pipe's buffer), so that translations follow
     the input instead of waiting for its end."""
     if path:
