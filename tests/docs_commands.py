@@ -90,6 +90,9 @@ INLINE_NOT_RUN = [
     ("README.md", r"\.venv/bin/python tests/docs_commands\.py$",
      "prints this list; tests/test_docs_commands.py checks the same list accounts for every command"),
     ("*", r"\w+\.py --\w+$", "an option of a script named in a sentence, not a command line"),
+    ("README.md", r"python -m lesson\.make$",
+     "rewrites the stored lesson; tests/test_lesson.py runs every cell of it in a fresh copy, as this command "
+     "does, and checks the stored outputs are not older than the code"),
 ]
 QUICK_START = ("README.md", "Quick start")  # the block the other tests take their trained model from
 
