@@ -35,6 +35,17 @@ def test_kernels_settings_name_the_chosen_kernels_and_parts_hold_them():
     assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()}
 
 
+def test_the_choice_of_kernels_is_one_record_with_a_field_per_place():
+    """fast.choose resolves a --kernels value once: the layers' parts, the optimizer's class and the
+    beam cache's layout each follow the kernels named."""
+    plain, every = fast.choose("plain"), fast.choose("fast")
+    assert plain.parts == modules.PLAIN and plain.optimizer is keras.optimizers.Adam and not plain.in_place_beam_cache
+    assert every.names == fast.chosen("fast") and every.parts == fast.parts(every.names) and every.in_place_beam_cache
+    assert every.optimizer is (fast.Adam if TENSORFLOW else keras.optimizers.Adam)
+    one = fast.choose("beam_cache")
+    assert one.in_place_beam_cache and one.parts == modules.PLAIN and one.optimizer is keras.optimizers.Adam
+
+
 def test_two_models_with_different_kernels_live_in_one_process():
     """Each model holds the parts it was built with; building one changes nothing of another, and
     nothing of modules.py or decoding.py."""

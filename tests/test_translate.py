@@ -45,7 +45,7 @@ def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     dirs = quick_start.dirs
     long_line = "Der Hund schläft im Garten, und die Katze spielt mit einem Ball. " * 300  # ~6000 tokens
     (tmp_path / "long.de").write_text("Ein Mann fährt Fahrrad.\n" + (long_line + "\n") * 5, encoding="utf-8")
-    measure = ("import runpy, sys, utils; sys.argv = ['translate.py'] + sys.argv[1:]\n"
+    measure = ("import runpy, sys\nfrom support import utils\nsys.argv = ['translate.py'] + sys.argv[1:]\n"
                "try:\n    runpy.run_path('translate.py', run_name='__main__')\n"
                "finally:\n    print('peak_rss_mb', int(utils.peak_rss_mb()), file=sys.stderr)")
     run = run_script("-c", measure, *dirs, "--input", str(tmp_path / "long.de"), "--output", str(tmp_path / "out"))

@@ -109,7 +109,8 @@ def refuse_what_ctranslate2_cannot_hold(model):
             continue
         activation = layer.inner.activation.__name__
         if activation not in ACTIVATIONS or layer.outer.activation.__name__ != "linear":
-            refuse(f"{layer.path}'s activation is {activation}; CTranslate2 has {' and '.join(ACTIVATIONS)}")
+            refuse(f"{layer.path.rsplit('/', 1)[0]}'s feed-forward activation is {activation}; CTranslate2 has "
+                   f"{' and '.join(ACTIVATIONS)}")
         activations.add(activation)
     if len(activations) > 1:
         refuse(f"its blocks use {' and '.join(sorted(activations))}; CTranslate2 has one activation")
