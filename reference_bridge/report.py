@@ -21,18 +21,26 @@ def compare_line(theirs, ours):
     return differs, cut, len(head.split())
 
 
-def greedy_differences(theirs, model, hp, prepro_dir):
+# The port's ways of decoding greedily, each compared with the reference's greedy translations
+DECODINGS = ("uncached greedy", "cached greedy", "beam search of beam 1")
+
+
+def greedy_differences(theirs, model, hp, prepro_dir, decoding_path="uncached greedy"):
     """The reference's dev translations (theirs: the lines its test.py or train.py wrote) against
-    the port's uncached greedy decoding of dev with model, line by line (compare_line): (lines
-    compared, lines that differ, lines compared up to a <pad> or <s> of the reference's, words
-    compared)."""
+    the port's greedy decoding of dev with model, one of DECODINGS, line by line (compare_line):
+    (lines compared, lines that differ, lines compared up to a <pad> or <s> of the reference's,
+    words compared)."""
     import numpy as np
 
     import decoding
     sp = data_load.load_vocab(prepro_dir)
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     dev, _ = data_load.load_split(prepro_dir, "dev")
-    ours = decoding.greedy_decode(model, data_load.encoder_inputs(dev, multiple=1), max_len=hp.maxlen2, cached=False)
+    source = data_load.encoder_inputs(dev, multiple=1)
+    if decoding_path == "beam search of beam 1":
+        ours = decoding.beam_search(model, source, beam_size=1, alpha=0.0, max_len=hp.maxlen2)
+    else:
+        ours = decoding.greedy_decode(model, source, max_len=hp.maxlen2, cached=decoding_path == "cached greedy")
     lines = [compare_line(line, "".join(pieces[i] for i in row).split("</s>")[0].replace("\u2581", " ").strip())
              for line, row in zip(theirs[:len(dev)], np.asarray(ours))]
     differ, cut, words = (sum(column) for column in zip(*lines))  # dev is never empty
@@ -48,6 +56,9 @@ CHECK_SIZES = ["--d_model", "16", "--d_ff", "32", "--num_blocks", "2", "--num_he
 # weights by about 0.01, far beyond the tolerance
 CHECK_TRAINING = ["--dropout_rate", "0", "--lr", "0.01", "--warmup_steps", "3"]
 TOLERANCE = 1e-5  # float32, for logits, losses and weights
+# The --kernels the port is checked with: modules.py as written, and the faster kernels every run
+# of the documents uses (on TensorFlow, auto is every kernel: the same as fast)
+KERNELS = ("plain", "auto")
 
 
 class Row(typing.NamedTuple):
@@ -67,10 +78,63 @@ def within(what, figure, bound):
     return Row(what, float(figure), bound, bool(figure <= bound))
 
 
+def training_rows(want, batches, random_weights, prepro_dir, workdir, kernels, trained):
+    """The logits and training rows of check() for the port built with `kernels` (a --kernels value)
+    from the reference's random weights, against the reference's figures (want); the trained port
+    model and its Hparams go into trained[kernels]."""
+    import numpy as np
+    from keras import ops
+
+    label = f"--kernels {kernels}"
+    model, hp = from_reference(random_weights, prepro_dir, os.path.join(workdir, f"port_{kernels}"), kernels)
+    # The port's own float32 noise: the same steps from the same weights, compiled by XLA (the same
+    # sums in another order). Adam divides each weight's gradient by that weight's own history, so
+    # where a gradient is small beside the terms it is summed from, their rounding grows into the
+    # step; with thousands of pieces this reaches 1e-5 in five steps. A bound below it tests noise.
+    again, _ = from_reference(random_weights, prepro_dir, os.path.join(workdir, f"port_{kernels}_xla"), kernels)
+    again.jit_compile = not model.jit_compile
+    again.make_train_function(force=True)
+
+    (x, d), y = batches[0]
+    logits = ops.convert_to_numpy(model((x, d), training=False))  # (N, T2, V)
+    real = y != 0
+    rows = [within(f"{label}: logits of the first batch at real target positions, largest difference",
+                   np.abs(logits[real] - want["0:logits"][real]).max(), TOLERANCE)]
+    names = weight_names(model)
+    before = [np.array(variable) for variable, _ in names]
+    key_biases = 0.0
+    for k, ((x, d), y) in enumerate(batches, 1):
+        loss = float(model.train_on_batch((x, d), y))
+        again.train_on_batch((x, d), y)
+        rows.append(within(f"{label}, step {k}: the loss, difference", abs(loss - float(want[f"{k}:loss"])),
+                           TOLERANCE))
+        largest = own = 0.0
+        for (variable, value), (other, _) in zip(weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]),
+                                                 weight_names(again)):
+            ours = np.array(variable)
+            if variable.path.endswith("key/bias"):
+                key_biases = max(key_biases, np.abs(ours).max(), np.abs(value).max())
+            else:
+                largest = max(largest, np.abs(ours - value).max())
+                own = max(own, np.abs(ours - np.array(other)).max())
+        rows.append(within(f"{label}, step {k}: every weight but the key biases, largest difference (the port "
+                           f"against itself with XLA: {own:.3g}; the bound: {TOLERANCE:g}, or twice that if larger)",
+                           largest, max(TOLERANCE, 2 * own)))
+    rows.append(within(f"{label}: the attention's key biases (true gradient 0), largest value on either side",
+                       key_biases, 1e-3))
+    moved = max(np.abs(np.array(variable) - b).max() for (variable, _), b in zip(names, before))
+    rows.append(Row(f"{label}: the steps moved the weights by (largest change)", float(moved)))
+    trained[kernels] = model, hp
+    return rows
+
+
 def check(code, prepro_dir, workdir, steps=5, sentences=8):
     """The port computes the reference's numbers: the reference's own code (code, run in its process)
     and the port (from_reference) from the same random weights, at a tiny size, on prepro_dir's
     data; the rows of the report (Row), every one ok when they agree.
+
+    Rows 1 and 2 come once for each --kernels of KERNELS, row 3 once for each with each way of
+    decoding of DECODINGS.
 
     1. Logits: the first batch's, in inference mode, at every target position that is not padding.
     2. Training: `steps` steps of each side's own training (the reference's train(): its loss,
@@ -81,15 +145,16 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
        key biases are reported apart: q . b_k is the same for every key, so the softmax ignores
        them and their true gradient is 0; Adam turns each engine's rounding noise into tiny steps
        of its own.
-    3. Greedy decoding: the trained weights, written as the reference's checkpoint (to_reference),
-       restored by its own test.py, which translates dev: its lines and the port's uncached greedy
-       decoding of dev, line by line. The reference's argmax may choose <pad> or <s>, which the
+    3. Greedy decoding: the trained weights (--kernels plain), written as the reference's checkpoint
+       (to_reference), restored by its own test.py, which translates dev: its lines and the port's
+       decoding of dev from the same weights (uncached and cached greedy, beam search of beam 1),
+       line by line. The reference's argmax may choose <pad> or <s>, which the
        port's never does: such a line is compared up to that token (counted).
     4. BLEU: the reference's multi-bleu.perl and the port's "reference's way" (scoring.bleu_scores)
        on dev's references and the same sentences with a fifth of their words dropped."""
     import numpy as np
-    from keras import ops
 
+    import model as transformer
     from support.scoring import bleu_scores
 
     workdir = os.path.abspath(workdir)
@@ -111,42 +176,10 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
                                              *CHECK_TRAINING, "--logdir", logdir]) != 0:
         raise UserError("the reference's code stopped (its output above)")
     want = np.load(out)
-    model, hp = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port"))
-    # The port's own float32 noise: the same steps from the same weights, compiled by XLA (the same
-    # sums in another order). Adam divides each weight's gradient by that weight's own history, so
-    # where a gradient is small beside the terms it is summed from, their rounding grows into the
-    # step; with thousands of pieces this reaches 1e-5 in five steps. A bound below it tests noise.
-    again, _ = from_reference(os.path.join(logdir, "random-0"), prepro_dir, os.path.join(workdir, "port_xla"))
-    again.jit_compile = not model.jit_compile
-    again.make_train_function(force=True)
-
-    (x, d), y = batches[0]
-    logits = ops.convert_to_numpy(model((x, d), training=False))  # (N, T2, V)
-    real = y != 0
-    rows = [within("logits of the first batch at real target positions, largest difference",
-                   np.abs(logits[real] - want["0:logits"][real]).max(), TOLERANCE)]
-    names = weight_names(model)
-    before = [np.array(variable) for variable, _ in names]
-    key_biases = 0.0
-    for k, ((x, d), y) in enumerate(batches, 1):
-        loss = float(model.train_on_batch((x, d), y))
-        again.train_on_batch((x, d), y)
-        rows.append(within(f"step {k}: the loss, difference", abs(loss - float(want[f"{k}:loss"])), TOLERANCE))
-        largest = own = 0.0
-        for (variable, value), (other, _) in zip(weight_pairs(model, lambda name, k=k: want[f"{k}:{name}"]),
-                                                 weight_names(again)):
-            ours = np.array(variable)
-            if variable.path.endswith("key/bias"):
-                key_biases = max(key_biases, np.abs(ours).max(), np.abs(value).max())
-            else:
-                largest = max(largest, np.abs(ours - value).max())
-                own = max(own, np.abs(ours - np.array(other)).max())
-        rows.append(within(f"step {k}: every weight but the key biases, largest difference (the port against itself "
-                           f"with XLA: {own:.3g}; the bound: {TOLERANCE:g}, or twice that if larger)",
-                           largest, max(TOLERANCE, 2 * own)))
-    rows.append(within("the attention's key biases (true gradient 0), largest value on either side", key_biases, 1e-3))
-    moved = max(np.abs(np.array(variable) - b).max() for (variable, _), b in zip(names, before))
-    rows.append(Row("the steps moved the weights by (largest change)", float(moved)))
+    rows, trained = [], {}
+    for kernels in KERNELS:
+        rows += training_rows(want, batches, os.path.join(logdir, "random-0"), prepro_dir, workdir, kernels, trained)
+    model, hp = trained["plain"]
 
     prefix = to_reference(model, hp, prepro_dir, code, os.path.join(workdir, "export"))
     given = dict(zip(files[::2], files[1::2]))
@@ -159,10 +192,14 @@ def check(code, prepro_dir, workdir, steps=5, sentences=8):
     (written,) = [name for name in os.listdir(test_dir) if name.startswith(os.path.basename(prefix))]
     with open(os.path.join(test_dir, written), encoding="utf-8") as f:
         theirs = f.read().splitlines()
-    compared, differ, cut, words = greedy_differences(theirs, model, hp, prepro_dir)
-    rows.append(within(f"greedy translations of dev: lines that differ, of the {compared} compared ({words} words; "
-                       f"{cut} up to where its argmax chose <pad> or <s>)", differ, 0))
-    rows[-1] = rows[-1]._replace(ok=rows[-1].ok and words > 0)  # nothing compared is no agreement
+    for kernels in KERNELS:  # the same trained weights, built with each choice of kernels
+        built = model if kernels == "plain" else transformer.rebuild(model, kernels)
+        for path in DECODINGS:
+            compared, differ, cut, words = greedy_differences(theirs, built, hp, prepro_dir, path)
+            rows.append(within(f"--kernels {kernels}, {path} translations of dev: lines that differ from its greedy "
+                               f"ones, of the {compared} compared ({words} words; {cut} up to where its argmax chose "
+                               f"<pad> or <s>)", differ, 0))
+            rows[-1] = rows[-1]._replace(ok=rows[-1].ok and words > 0)  # nothing compared is no agreement
 
     references = data_load.load_text(prepro_dir, "dev", data_load.load_meta(prepro_dir)["tgt_lang"])
     rng = np.random.default_rng(0)

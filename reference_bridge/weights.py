@@ -90,8 +90,9 @@ def matched_names(model):
     return names
 
 
-def from_reference(ckpt, prepro_dir, logdir):
-    """The port's model holding a reference checkpoint's weights, and its Hparams (port_settings)."""
+def from_reference(ckpt, prepro_dir, logdir, kernels="plain"):
+    """The port's model holding a reference checkpoint's weights, built with `kernels` (a --kernels
+    value), and its Hparams (port_settings)."""
     import tensorflow as tf
 
     import model as transformer
@@ -108,7 +109,8 @@ def from_reference(ckpt, prepro_dir, logdir):
     if vocab_size != hp.vocab_size:
         raise UserError(f"--prepro_dir {prepro_dir} has {vocab_size} pieces, the checkpoint {hp.vocab_size}: give the "
                         f"prepro folder the reference trained on")
-    model = transformer.compile_model(transformer.make_model(dataclasses.replace(hp, kernels="plain"), vocab_size), hp)
+    hp = dataclasses.replace(hp, kernels=kernels)
+    model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp)
     names = matched_names(model)
     for variable, name in names:
         value = reader.get_tensor(name)

@@ -33,22 +33,30 @@ def runs_the_reference(test):
 
 @runs_the_reference
 def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
-    """reference.py check: the reference's own code and the port from the same random weights agree
-    on the logits (1e-5), on the loss and every weight after each of five training steps with each
-    side's own optimizer and schedule (1e-5; the key biases, whose true gradient is 0, apart), on
-    greedy dev translations line for line (the reference's test.py restoring the port's weights),
-    and on multi-bleu.perl's BLEU (0.01); and the steps moved the weights far beyond the tolerance."""
+    """reference.py check: the reference's own code and the port from the same random weights agree,
+    with the plain kernels and the fast ones (--kernels auto), on the logits (1e-5), on the loss and
+    every weight after each of five training steps with each side's own optimizer and schedule
+    (1e-5; the key biases, whose true gradient is 0, apart), on greedy dev translations line for
+    line (the reference's test.py restoring the port's weights; the port's uncached and cached
+    greedy decoding and beam search of beam 1), and on multi-bleu.perl's BLEU (0.01); and the steps
+    moved the weights far beyond the tolerance."""
     run = run_script("reference.py", "check", "--reference_dir", CODE, "--prepro_dir", str(quick_start.prepro),
                      "--workdir", str(tmp_path / "check"), timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-    report = run.stdout[run.stdout.index("The reference's code (commit fb023bb)"):].splitlines()
-    rows = report[1:-1]
-    assert len(rows) == 1 + 2 * 5 + 2 + 2 and all(line.startswith("ok   ") for line in rows), report
-    assert report[-1] == f"{len(rows)} of {len(rows)} agree: the port computes the reference's numbers"
+    printed = run.stdout[run.stdout.index("The reference's code (commit fb023bb)"):].splitlines()
+    rows = printed[1:-1]
+    kernels, decodings = len(report.KERNELS), len(report.DECODINGS)
+    assert len(rows) == kernels * (1 + 2 * 5 + 2) + kernels * decodings + 1, printed
+    assert all(line.startswith("ok   ") for line in rows), printed
+    for kernels in ("plain", "auto"):  # every decoding path with either kernels, against the reference's greedy
+        for path in report.DECODINGS:
+            assert f"ok   --kernels {kernels}, {path} translations of dev" in run.stdout
+    assert printed[-1] == f"{len(rows)} of {len(rows)} agree: the port computes the reference's numbers"
     assert float(re.search(r"moved the weights by \(largest change\): ([\d.e-]+)", run.stdout).group(1)) > 1e-2
-    compared = re.search(r"lines that differ, of the (\d+) compared \((\d+) words; (\d+) up to", run.stdout)
+    compared = re.search(r"lines that differ from its greedy ones, of the (\d+) compared \((\d+) words; (\d+) up to",
+                         run.stdout)
     dev = data_load.load_text(str(quick_start.prepro), "dev", "en")
-    assert int(compared.group(1)) == len(dev) and int(compared.group(2)) >= len(dev), report  # a word a line or more
+    assert int(compared.group(1)) == len(dev) and int(compared.group(2)) >= len(dev), printed  # a word a line or more
 
 
 def test_a_line_where_the_reference_chose_pad_or_bos_is_compared_up_to_there():
@@ -187,16 +195,18 @@ def test_a_failed_comparison_is_reported_and_fails_the_check():
 def test_the_check_fails_on_an_adam_epsilon_half_again_as_large(quick_start, tmp_path, monkeypatch):
     """The weights' bound (1e-5, or twice the port's own float32 noise) still sees a small slip: the
     port's Adam with epsilon 1.5e-8 instead of the reference's 1e-8 fails the first step's weights
-    by far more than the bound, while the logits (before any step) still agree."""
+    by far more than the bound, with either kernels, while the logits (before any step) still agree."""
     import keras
 
     adam = keras.optimizers.Adam.__init__
     monkeypatch.setattr(keras.optimizers.Adam, "__init__",
                         lambda self, *args, **kwargs: adam(self, *args, **{**kwargs, "epsilon": 1.5e-8}))
     rows = report.check(CODE, str(quick_start.prepro), str(tmp_path / "check"))
-    assert rows[0].ok and rows[0].what.startswith("logits"), rows[0].line()
-    step1 = next(row for row in rows if row.what.startswith("step 1: every weight"))
-    assert not step1.ok and step1.figure > 10 * step1.bound, step1.line()
+    for kernels in report.KERNELS:  # Keras' Adam and the fused one (its subclass) alike
+        logits = next(row for row in rows if row.what.startswith(f"--kernels {kernels}: logits"))
+        assert logits.ok, logits.line()
+        step1 = next(row for row in rows if row.what.startswith(f"--kernels {kernels}, step 1: every weight"))
+        assert not step1.ok and step1.figure > 10 * step1.bound, step1.line()
 
 
 @runs_the_reference
