@@ -10,7 +10,7 @@ import sys
 
 import data_load
 import hyperparams
-from reference_bridge.launch import COMMIT, train_reference, write_inputs
+from reference_bridge.launch import COMMIT, IGNORED, train_reference, write_inputs
 from reference_bridge.report import equality_report
 from reference_bridge.weights import reference_args
 from support.utils import UserError
@@ -141,6 +141,10 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
     logs), and draw the runs as far as they have gone."""
     from support import pictures
 
+    for name, why in IGNORED:  # both sides get args: one the reference ignores would train two programs
+        if any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in args):
+            raise UserError(f"curves gives its arguments after -- to both sides, and the reference ignores "
+                            f"--{name} ({why}): drop it, or the two sides train different losses")
     hp = dataclasses.replace(hyperparams.preset(CURVES_PRESET), prepro_dir=prepro_dir)
     files = None if draw else write_inputs(prepro_dir, os.path.join(workdir, "data"))
     wanted = epochs_in(args, hp.num_epochs)  # a run with this many epochs is finished

@@ -90,6 +90,26 @@ def matched_names(model):
     return names
 
 
+def same_pieces(vocab, prepro_dir, ckpt):
+    """A UserError unless the reference's vocabulary file (vocab, its --vocab: a piece a line, a
+    tab and a score after it or not) holds prepro_dir's pieces, in the same order: the same count
+    is not the same vocabulary."""
+    sp = data_load.load_vocab(prepro_dir)
+    try:
+        with open(vocab, encoding="utf-8") as f:
+            theirs = [line.rstrip("\n").split("\t")[0] for line in f]
+    except (OSError, TypeError) as e:
+        raise UserError(f"--ckpt {ckpt}: the vocabulary its hparams file names ({vocab}) cannot be read ({e}); "
+                        f"the pieces must be compared with --prepro_dir's") from None
+    ours = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    differ = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
+    if differ is not None or len(theirs) != len(ours):
+        where = (f"piece {differ} is {theirs[differ]!r} there, {ours[differ]!r} here" if differ is not None
+                 else f"{len(theirs)} pieces there, {len(ours)} here")
+        raise UserError(f"--prepro_dir {prepro_dir} is not the vocabulary the checkpoint was trained with ({vocab}: "
+                        f"{where}): give the prepro folder the reference trained on")
+
+
 def from_reference(ckpt, prepro_dir, logdir, kernels="plain"):
     """The port's model holding a reference checkpoint's weights, built with `kernels` (a --kernels
     value), and its Hparams (port_settings)."""
@@ -109,6 +129,7 @@ def from_reference(ckpt, prepro_dir, logdir, kernels="plain"):
     if vocab_size != hp.vocab_size:
         raise UserError(f"--prepro_dir {prepro_dir} has {vocab_size} pieces, the checkpoint {hp.vocab_size}: give the "
                         f"prepro folder the reference trained on")
+    same_pieces(reference_hparams.get("vocab"), prepro_dir, ckpt)
     hp = dataclasses.replace(hp, kernels=kernels)
     model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp)
     names = matched_names(model)
