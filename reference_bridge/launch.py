@@ -83,7 +83,9 @@ def write_inputs(prepro_dir, folder):
 def run_reference(code, workdir, script, args):
     """Run the reference's script with args in workdir, in its own process (LAUNCHER); its exit status."""
     link = os.path.join(workdir, "multi-bleu.perl")
-    if not os.path.exists(link):
+    if os.path.lexists(link) and not os.path.exists(link):  # a link left by a run of another --reference_dir
+        os.remove(link)
+    if not os.path.lexists(link):
         os.symlink(os.path.join(code, "multi-bleu.perl"), link)
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     return subprocess.run([sys.executable, "-c", LAUNCHER, code, script, *args], cwd=workdir, env=env).returncode

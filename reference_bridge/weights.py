@@ -110,9 +110,9 @@ def same_pieces(vocab, prepro_dir, ckpt):
                         f"{where}): give the prepro folder the reference trained on")
 
 
-def from_reference(ckpt, prepro_dir, logdir, kernels="plain"):
+def from_reference(ckpt, prepro_dir, logdir, kernels="plain", dropout_rate=None):
     """The port's model holding a reference checkpoint's weights, built with `kernels` (a --kernels
-    value), and its Hparams (port_settings)."""
+    value) and the checkpoint's dropout rate or dropout_rate, and its Hparams (port_settings)."""
     import tensorflow as tf
 
     import model as transformer
@@ -130,6 +130,8 @@ def from_reference(ckpt, prepro_dir, logdir, kernels="plain"):
         raise UserError(f"--prepro_dir {prepro_dir} has {vocab_size} pieces, the checkpoint {hp.vocab_size}: give the "
                         f"prepro folder the reference trained on")
     same_pieces(reference_hparams.get("vocab"), prepro_dir, ckpt)
+    if dropout_rate is not None:
+        hp = dataclasses.replace(hp, dropout_rate=dropout_rate)
     hp = dataclasses.replace(hp, kernels=kernels)
     model = transformer.compile_model(transformer.make_model(hp, vocab_size), hp)
     names = matched_names(model)

@@ -1,6 +1,8 @@
 """The port computes the reference's numbers: Kyubyong Park's own code (commit fb023bb), run unedited
 by reference.py in a process of its own, against the port given the same weights (converted by
 reference.py convert). Skipped, with the reason, where the reference's files or tf_keras are missing."""
+import dataclasses
+import functools
 import json
 import os
 import re
@@ -33,30 +35,40 @@ def runs_the_reference(test):
 
 @runs_the_reference
 def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
-    """reference.py check: the reference's own code and the port from the same random weights agree,
-    with the plain kernels and the fast ones (--kernels auto), on the logits (1e-5), on the loss and
-    every weight after each of five training steps with each side's own optimizer and schedule
-    (1e-5; the key biases, whose true gradient is 0, apart), on greedy dev translations line for
-    line (the reference's test.py restoring the port's weights; the port's uncached and cached
-    greedy decoding and beam search of beam 1), and on multi-bleu.perl's BLEU (0.01); and the steps
-    moved the weights far beyond the tolerance."""
+    """reference.py check: the reference's own code and the port from the same random weights agree
+    at both sizes, with the plain kernels and the fast ones (--kernels auto): on the logits and a
+    layer normalization (1e-5), on the loss (1e-5) and the weights (all but 0.1% within 1e-5, every
+    one within 1e-3) after each of five training steps with each side's own optimizer and schedule,
+    on the key biases (1e-3), on dropout's means and variance over 400 draws, on the reference's own
+    data_load batches entry for entry, on greedy dev translations line for line (the reference's
+    test.py restoring the port's weights; the port's uncached and cached greedy decoding and beam
+    search of beam 1), and on multi-bleu.perl's BLEU (0.01); and the steps moved the weights far
+    beyond the tolerance."""
     run = run_script("reference.py", "check", "--reference_dir", CODE, "--prepro_dir", str(quick_start.prepro),
-                     "--workdir", str(tmp_path / "check"), timeout=900)
+                     "--workdir", str(tmp_path / "check"), timeout=1200)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     printed = run.stdout[run.stdout.index("The reference's code (commit fb023bb)"):].splitlines()
     rows = printed[1:-1]
-    kernels, decodings = len(report.KERNELS), len(report.DECODINGS)
-    assert len(rows) == kernels * (1 + 2 * 5 + 2) + kernels * decodings + 1, printed
+    kernels, decodings, sizes = len(report.KERNELS), len(report.DECODINGS), len(report.CHECK_SIZES)
+    # per kernels: logits, layer norm, 5 x (loss, weights), largest weight, key biases, moved, 2 dropout
+    assert len(rows) == sizes * (kernels * (2 + 2 * 5 + 3 + 2) + 1 + kernels * decodings) + 1, printed
     assert all(line.startswith("ok   ") for line in rows), printed
-    for kernels in ("plain", "auto"):  # every decoding path with either kernels, against the reference's greedy
-        for path in report.DECODINGS:
-            assert f"ok   --kernels {kernels}, {path} translations of dev" in run.stdout
+    for size in ("d_model 16, 2 heads, 2+2 blocks", "d_model 64, 4 heads, 3+3 blocks"):
+        for kernels in ("plain", "auto"):  # every decoding path with either kernels, against the reference's greedy
+            for path in report.DECODINGS:
+                assert f"ok   [{size}] --kernels {kernels}, {path} translations of dev" in run.stdout
+            dropout = f"ok   [{size}] --kernels {kernels}: dropout 0.3, the first batch's logits over 400 draws"
+            assert dropout in run.stdout
+        assert f"ok   [{size}] its data_load's batches of the training files" in run.stdout
     assert printed[-1] == f"{len(rows)} of {len(rows)} agree: the port computes the reference's numbers"
-    assert float(re.search(r"moved the weights by \(largest change\): ([\d.e-]+)", run.stdout).group(1)) > 1e-2
+    moved = re.findall(r"moved the weights by \(largest change\): ([\d.e-]+)", run.stdout)
+    assert len(moved) == sizes * kernels and min(map(float, moved)) > 1e-2
     compared = re.search(r"lines that differ from its greedy ones, of the (\d+) compared \((\d+) words; (\d+) up to",
                          run.stdout)
     dev = data_load.load_text(str(quick_start.prepro), "dev", "en")
     assert int(compared.group(1)) == len(dev) and int(compared.group(2)) >= len(dev), printed  # a word a line or more
+    kept = re.search(r"it keeps (\d+) of (\d+) pairs, the port (\d+)", run.stdout)
+    assert 0 < int(kept.group(1)) == int(kept.group(3)) < int(kept.group(2)), printed  # the filter dropped pairs
 
 
 def test_a_line_where_the_reference_chose_pad_or_bos_is_compared_up_to_there():
@@ -191,22 +203,222 @@ def test_a_failed_comparison_is_reported_and_fails_the_check():
     assert report.within("x", 0.0, report.TOLERANCE).line().startswith("ok   x: 0")
 
 
-@runs_the_reference
-def test_the_check_fails_on_an_adam_epsilon_half_again_as_large(quick_start, tmp_path, monkeypatch):
-    """The weights' bound (1e-5, or twice the port's own float32 noise) still sees a small slip: the
-    port's Adam with epsilon 1.5e-8 instead of the reference's 1e-8 fails the first step's weights
-    by far more than the bound, with either kernels, while the logits (before any step) still agree."""
-    import keras
+def test_the_dropout_rows_pass_one_distribution_and_fail_a_changed_mean_or_variance():
+    """dropout_figures on simulated draws (normal logits, 400 draws in 20 groups, 2,000 logits): two
+    sides drawn from one distribution pass both rows in each of 20 tries; a variance 10% larger on
+    one side fails the variance row, a mean larger by a fifth of a draw's spread at one logit fails
+    the means row."""
+    import numpy as np
 
+    rng = np.random.default_rng(0)
+    draws, groups = 400, 20
+
+    def side(scale=1.0, shift=0.0):
+        sums, squares = np.zeros((groups, 2000)), np.zeros((groups, 2000))
+        mean = np.linspace(-1, 1, 2000)
+        mean[0] += shift
+        for i in range(draws):
+            drawn = mean + scale * rng.normal(size=2000)
+            sums[i % groups] += drawn
+            squares[i % groups] += drawn ** 2
+        return sums, squares
+
+    for _ in range(20):
+        z, z_bound, t, t_bound, *_ = report.dropout_figures(side(), side(), draws)
+        assert z <= z_bound and t <= t_bound, (z, z_bound, t, t_bound)
+    z, z_bound, t, t_bound, ours, theirs = report.dropout_figures(side(scale=1.1 ** 0.5), side(), draws)
+    assert t > t_bound and abs(ours / theirs - 1.1) < 0.02
+    z, z_bound, t, t_bound, *_ = report.dropout_figures(side(shift=0.4), side(), draws)  # 8 standard errors
+    assert z > z_bound
+
+
+def test_t_quantile_matches_students_table():
+    """The variance row's bound: Student's t quantiles from its Cornish-Fisher approximation, against
+    tables (scipy.stats.t.ppf; two-sided 5% and 1% at 10, 20 and 38 degrees of freedom, and 1e-4 at 38)."""
+    for p, dof, table in ((0.975, 10, 2.228), (0.975, 20, 2.086), (0.995, 20, 2.845), (0.995, 38, 2.712),
+                          (0.99995, 38, 4.346)):
+        assert abs(report.t_quantile(p, dof) / table - 1) < 0.01, (p, dof, report.t_quantile(p, dof))
+
+
+@pytest.fixture(scope="module")
+def their_side(quick_start, tmp_path_factory):
+    """The reference's process at the check's first size, run once for the tests that change the
+    port: (Theirs, the port's model and Hparams trained by the training rows, the reference's greedy
+    translations of that model's weights), after checking that every row of that size is ok as the
+    port is."""
+    prepro = str(quick_start.prepro)
+    theirs = report.reference_side(CODE, prepro, str(tmp_path_factory.mktemp("their_side")), report.CHECK_SIZES[0])
+    rows, (model, hp) = report.training_rows(theirs, prepro, "plain")
+    rows += report.dropout_rows(theirs, prepro, "plain") + [report.data_row(theirs, prepro)]
+    lines = report.reference_translations(CODE, theirs, model, hp, prepro)
+    rows += report.decoding_rows(lines, model, hp, prepro, "plain")
+    assert all(row.ok for row in rows), [row.line() for row in rows]
+    return theirs, (model, hp), lines
+
+
+def shifted_positions(monkeypatch):
+    """The sinusoid table one position on: position p encoded as p + 1."""
+    import modules
+    table = modules.sinusoid
+    monkeypatch.setattr(modules, "sinusoid", lambda length, d, dtype="float32", start=0: table(length, d, dtype,
+                                                                                                start + 1))
+
+
+def smoothing_over_v_minus_1(monkeypatch):
+    """Label smoothing spreading its epsilon over the V - 1 wrong pieces, not over all V."""
+    from keras import ops
+
+    import modules
+
+    def smoothed(logits, labels, epsilon):
+        log_probs = ops.log_softmax(logits, axis=-1)  # (N, T, V)
+        at_label = ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1)[..., 0]  # (N, T)
+        others = ops.sum(log_probs, axis=-1) - at_label  # (N, T)
+        return -(1.0 - epsilon) * at_label - epsilon * others / (ops.shape(logits)[-1] - 1)  # (N, T)
+
+    monkeypatch.setattr(modules, "smoothed_cross_entropy", smoothed)
+
+
+def port_setting(**changes):
+    """A change to the port's settings for the reference's run (weights.port_settings)."""
+    def mutate(monkeypatch):
+        settings = weights.port_settings
+        monkeypatch.setattr(weights, "port_settings", lambda *args: dataclasses.replace(settings(*args), **changes))
+    return mutate
+
+
+def fast_norm_epsilon(monkeypatch):
+    """The fast layer norm's epsilon hard-coded to 1e-6, whatever the layer is given."""
+    from kernels import fast
+    build = fast.LayerNormalization.__init__
+    monkeypatch.setattr(fast.LayerNormalization, "__init__",
+                        lambda self, *args, **kwargs: build(self, *args, **{**kwargs, "epsilon": 1e-6}))
+
+
+def adam_epsilon(monkeypatch):
+    """Adam's epsilon 1.5e-8 instead of the reference's 1e-8 (Keras' Adam and the fused one, its subclass)."""
+    import keras
     adam = keras.optimizers.Adam.__init__
     monkeypatch.setattr(keras.optimizers.Adam, "__init__",
                         lambda self, *args, **kwargs: adam(self, *args, **{**kwargs, "epsilon": 1.5e-8}))
-    rows = report.check(CODE, str(quick_start.prepro), str(tmp_path / "check"))
-    for kernels in report.KERNELS:  # Keras' Adam and the fused one (its subclass) alike
-        logits = next(row for row in rows if row.what.startswith(f"--kernels {kernels}: logits"))
-        assert logits.ok, logits.line()
-        step1 = next(row for row in rows if row.what.startswith(f"--kernels {kernels}, step 1: every weight"))
-        assert not step1.ok and step1.figure > 10 * step1.bound, step1.line()
+
+
+def key_biases_mixed_up(monkeypatch):
+    """The key biases named as the reference's query biases (dense/bias for dense_1/bias)."""
+    names = weights.weight_names
+
+    def mixed(model):
+        return [(variable, re.sub(r"attention/dense_1/bias$", "attention/dense/bias", name))
+                for variable, name in names(model)]
+    monkeypatch.setattr(weights, "weight_names", mixed)
+    monkeypatch.setattr(report, "weight_names", mixed)
+
+
+@runs_the_reference
+@pytest.mark.parametrize("mutation, kernels, fails, stays", [
+    (shifted_positions, "plain", ["logits"], ["layer normalization"]),
+    (smoothing_over_v_minus_1, "plain", ["step 1: the loss"], ["logits", "layer normalization"]),
+    (port_setting(layer_norm_epsilon=1e-6), "plain", ["layer normalization"], ["logits"]),
+    (fast_norm_epsilon, "auto", ["layer normalization"], ["logits"]),
+    (adam_epsilon, "plain", ["step 1: every weight"], ["logits", "layer normalization", "step 1: the loss"]),
+    (adam_epsilon, "auto", ["step 1: every weight"], ["logits", "layer normalization", "step 1: the loss"]),
+    (key_biases_mixed_up, "plain", ["key biases"], ["logits", "every weight", "the loss"]),
+], ids=["positions", "smoothing", "norm-epsilon", "fast-norm-epsilon", "adam-epsilon", "fused-adam-epsilon",
+        "key-biases"])
+def test_a_change_on_the_ports_side_fails_its_row(their_side, quick_start, monkeypatch, mutation, kernels, fails,
+                                                  stays):
+    """Each row of the logits, layer-norm and training rows can fail: a change made to the port (in
+    this test only) fails the row that should see it, and the rows named in `stays` stay ok (rows
+    of later steps may fail too: the weights they start from differ)."""
+    mutation(monkeypatch)
+    rows, _ = report.training_rows(their_side[0], str(quick_start.prepro), kernels)
+    for text in fails:
+        assert any(text in row.what and not row.ok for row in rows), [row.line() for row in rows]
+    for text in stays:
+        assert all(row.ok for row in rows if text in row.what), [row.line() for row in rows]
+
+
+@runs_the_reference
+@pytest.mark.parametrize("changes", [{"residual_dropout": True}, {"attention_dropout": 0.0}, {"dropout_rate": 0.25}],
+                         ids=["dropout-added", "dropout-removed", "rate"])
+def test_dropout_in_another_place_or_at_another_rate_fails_a_dropout_row(their_side, quick_start, monkeypatch,
+                                                                          changes):
+    """The dropout rows see the port dropping out where the reference does not (each sublayer's
+    output), not where it does (the attention weights), or at another rate (0.25 for 0.3)."""
+    if "dropout_rate" in changes:
+        monkeypatch.setitem(report.DROPOUT, "rate", changes["dropout_rate"])  # the port's side only: theirs is drawn
+    else:
+        port_setting(**changes)(monkeypatch)
+    rows = report.dropout_rows(their_side[0], str(quick_start.prepro), "plain")
+    assert not all(row.ok for row in rows), [row.line() for row in rows]
+
+
+@runs_the_reference
+def test_a_length_filter_off_by_one_fails_the_data_row(their_side, quick_start, monkeypatch):
+    """The data row sees the port keeping only pairs shorter than the lengths, not those as long."""
+    def filter_long(src, tgt, maxlen1, maxlen2):
+        keep = np.array([i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) + 1 < maxlen1 and len(t) + 1 < maxlen2],
+                        dtype=np.int64)
+        return keep, len(src) - len(keep)
+
+    import numpy as np
+    monkeypatch.setattr(data_load, "filter_long", filter_long)
+    row = report.data_row(their_side[0], str(quick_start.prepro))
+    assert not row.ok and row.figure > 0, row.line()
+
+
+@runs_the_reference
+def test_a_cache_index_off_by_one_fails_the_cached_decoding_rows(their_side, quick_start, monkeypatch):
+    """The decoding rows see each decoded position written one cache entry on: cached greedy and beam
+    search (both read the cache) differ from the reference's greedy lines; uncached greedy agrees."""
+    import model as transformer
+    import modules
+
+    call = modules.MultiHeadAttention.call
+
+    @functools.wraps(call)  # Keras reads the signature of call
+    def shifted(self, *args, cache_index=None, **kwargs):
+        return call(self, *args, cache_index=None if cache_index is None else cache_index + 1, **kwargs)
+
+    monkeypatch.setattr(modules.MultiHeadAttention, "call", shifted)
+    _, (model, hp), lines = their_side
+    rows = report.decoding_rows(lines, transformer.rebuild(model), hp, str(quick_start.prepro), "plain")
+    ok = {path: row.ok for path, row in zip(report.DECODINGS, rows)}
+    assert ok == {"uncached greedy": True, "cached greedy": False, "beam search of beam 1": False}, \
+        [row.line() for row in rows]
+
+
+@runs_the_reference
+def test_the_references_train_py_cannot_go_on_from_an_exported_checkpoint(their_side, tmp_path, capfd):
+    """What process/save_checkpoint.py says of its checkpoints: the reference's train.py, given one
+    in its --logdir, restores every variable of its own, Adam's included, and stops at the first
+    the checkpoint lacks."""
+    from reference_bridge import launch
+
+    theirs = their_side[0]
+    logdir = tmp_path / "logdir"
+    shutil.copytree(os.path.join(theirs.folder, "export", "ckpt"), logdir)
+    (prefix,) = [name[:-len(".index")] for name in os.listdir(logdir) if name.endswith(".index")]
+    with open(logdir / "checkpoint", "w", encoding="utf-8") as f:
+        f.write(f'model_checkpoint_path: "{prefix}"\n')  # the copy's, relative to its folder
+    with pytest.raises(UserError, match="train.py stopped"):
+        launch.train_reference(CODE, theirs.files, str(tmp_path / "run"),
+                               [*theirs.hparams, "--logdir", str(logdir), "--num_epochs", "1",
+                                "--evaldir", str(tmp_path / "eval")])
+    assert "Key beta1_power not found in checkpoint" in capfd.readouterr().err
+
+
+def test_a_bleu_tokenisation_change_fails_the_bleu_row(quick_start, monkeypatch):
+    """The BLEU row sees the port's "reference's way" tokenising with 13a instead of splitting at
+    spaces as multi-bleu.perl does."""
+    if not os.path.isfile(os.path.join(CODE, "multi-bleu.perl")):
+        pytest.skip(f"the reference's files are not at {CODE}")
+    import sacrebleu.metrics
+
+    bleu = sacrebleu.metrics.BLEU
+    monkeypatch.setattr(sacrebleu.metrics, "BLEU", lambda tokenize="13a", **kwargs: bleu(
+        tokenize="13a" if tokenize == "none" else tokenize, **kwargs))
+    assert not report.bleu_row(CODE, str(quick_start.prepro), str(quick_start.prepro.parent / "bleu_row")).ok
 
 
 @runs_the_reference

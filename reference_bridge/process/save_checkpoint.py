@@ -6,8 +6,9 @@ by its own tf.train.Saver as PREFIX, with the reference's hparams file beside it
 
     python -c LAUNCHER <reference dir> reference_bridge/process/save_checkpoint.py WEIGHTS.npz PREFIX <hparams>
 
-Only the model's weights: the reference's test.py restores them; its train.py would start its
-optimizer's state anew.
+Only the model's weights: the reference's test.py restores them. Its train.py cannot go on from
+them: its tf.train.Saver restores every variable, the step and Adam's slots included, and stops with
+"NotFoundError: Key beta1_power not found in checkpoint" (tests/test_reference.py runs it).
 """
 import os
 import sys
