@@ -33,9 +33,10 @@ and the network needed). The reference's code needs tf_keras (`bash setup.sh dev
 with the iwslt2016 preset) becomes a checkpoint of the reference's code, built and saved by that
 code in its own process, which the reference's test.py restores.
 
-`check` is the equality report, in a minute or two: the reference's code and the port, from the
-same random weights at a tiny size, give the same logits, the same losses and weights over five
-training steps, the same greedy translations, and the same BLEU (check() says how each is compared).
+`check` is the equality report, in about four minutes: the reference's code and the port, from the
+same random weights at two small sizes, give the same logits, layer norm, losses and weights over
+five training steps, the same dropout statistics, the same batches from its own data_load, the same
+greedy translations, and the same BLEU (report.check() says how each is compared and within what).
 
 `curves` reproduces it all: the equality report first, on the ids it trains on (it stops there if a
 row fails), then the reference's train.py and the port's multi30k_reference preset side by side (two
@@ -100,7 +101,7 @@ def main(argv=None):
                                      help="where the checkpoint (ckpt/port-<step>) and the reference's data go")
     reference_dir_option(to_reference_parser)
     checker = commands.add_parser("check", help="the equality report: the reference's code and the port from the "
-                                                "same random weights compute the same numbers (a minute or two)")
+                                                "same random weights compute the same numbers (minutes)")
     checker.add_argument("--prepro_dir", required=True, metavar="PATH",
                          help="prepro.py's output whose data the check uses (e.g. the sample's)")
     checker.add_argument("--workdir", required=True, metavar="PATH", help="where its files go")

@@ -152,7 +152,7 @@ def curves(code, prepro_dir, workdir, runs, args, draw=False):
                for number in range(1, runs + 1)]
     kept = {folder: recorded(os.path.join(folder, "history.jsonl")) for pair in folders for folder in pair}
     if not draw and any(len(history) < wanted for history in kept.values()):
-        # a minute or two that proves, on these ids, what the hours of training will compare
+        # minutes that prove, on these ids, what the hours of training will compare
         if equality_report(code, prepro_dir, os.path.join(workdir, "check")):
             raise UserError(f"the reference's code and the port do not compute the same numbers on {prepro_dir} "
                             f"(the report above, its files in {os.path.join(workdir, 'check')}): the curves would "
