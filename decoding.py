@@ -129,12 +129,17 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
       (the new state, parents (N, K): the hypothesis each open one extends, tokens (N*K,)).
     """
     n, vocab = ops.shape(state["alive_scores"])[0], model.output_size
-    # 1. extend: the 2K best of K x V' candidates per sentence
+    # 1. extend: the 2K best of K x V' candidates per sentence: each open hypothesis's 2K best
+    # columns by their own log-probabilities (in exact order: a hypothesis's score added to them,
+    # large beside their differences, could round two apart into a tie), then the best 2K of those
+    # K x 2K by score; ties go to the first, so beam 1 chooses as greedy decoding does
     log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, beam_size, vocab))  # (N, K, V')
-    candidates = ops.reshape(log_probs + ops.expand_dims(state["alive_scores"], -1), (n, beam_size * vocab))
+    own, columns = ops.top_k(log_probs, min(2 * beam_size, vocab))  # (N, K, 2K) each
+    candidates = ops.reshape(own + ops.expand_dims(state["alive_scores"], -1), (n, -1))  # (N, K*2K)
     top_scores, top = ops.top_k(candidates, 2 * beam_size)  # (N, 2K)
-    top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * V' + column
-    top_beams, top_tokens = top // vocab, model.to_ids(top % vocab)  # (N, 2K)
+    top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * 2K + rank
+    columns = ops.take_along_axis(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top, axis=1)  # (N, 2K)
+    top_beams, top_tokens = top // ops.shape(own)[-1], model.to_ids(columns)  # (N, 2K)
     top_seqs = ops.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
                                 ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
     is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)

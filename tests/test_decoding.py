@@ -55,6 +55,25 @@ def test_beam_size_one_is_greedy(copy_model, kernels):
     np.testing.assert_allclose(g_scores, b_scores, rtol=1e-4)
 
 
+@pytest.mark.jax
+def test_a_beam_of_one_chooses_greedys_token_where_the_score_would_round_a_near_tie_into_one():
+    """beam_step with one beam whose score (-400) is large beside the gap between its two best
+    tokens' log-probabilities (1e-5, below float32's spacing of 3e-5 at 400): it extends with the
+    better one, the later column, as greedy decoding's argmax does; summed first, the two would
+    tie and the earlier column win."""
+    import types
+
+    vocab = 12
+    model = types.SimpleNamespace(output_size=vocab, to_ids=lambda columns: columns)
+    log_probs = np.full((1, vocab), -20.0, np.float32)
+    log_probs[0, 5], log_probs[0, 7] = -1.00001, -1.0
+    state = decoding.beam_start(1, 1, 4)
+    state["alive_scores"] = ops.convert_to_tensor(np.array([[-400.0]], np.float32))
+    _, _, tokens = decoding.beam_step(model, 1, ops.convert_to_tensor(log_probs), 0, 4, 1, 0.0, state)
+    assert ops.convert_to_numpy(tokens).tolist() == [7]
+    assert np.float32(-400.0) + np.float32(-1.00001) == np.float32(-400.0) + np.float32(-1.0)  # the tie summing makes
+
+
 @pytest.mark.slow
 def test_beam_search_score_is_never_below_greedy(copy_model, kernels):
     m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]
