@@ -261,6 +261,54 @@ def token_budget_batches(src_lens, tgt_lens, tokens_per_batch, rng=None, multipl
     return batches
 
 
+def length_buckets(src_lens, tgt_lens, count):
+    """At most `count` lengths to pad training batches to, for compilers that compile one program per
+    batch shape: each pair goes to the shortest bucket that holds its longer side, both sides padded
+    to that length, and the buckets are the lengths that make the padded tokens fewest (dynamic
+    programming over the longer sides' distinct lengths). Sorted; the last is the longest pair's."""
+    longer = np.maximum(src_lens, tgt_lens)
+    values, counts = np.unique(longer, return_counts=True)  # (U,) each
+    count = min(count, len(values))
+    before = np.concatenate([[0], np.cumsum(counts)])  # pairs shorter than values[i]: before[i]
+    # best[k][j]: the fewest padded tokens for values[:j+1] in k+1 buckets, the last topped at values[j]
+    best = np.full((count, len(values)), np.inf)
+    came = np.zeros((count, len(values)), dtype=np.int64)
+    best[0] = values * before[1:]
+    for k in range(1, count):
+        for j in range(k, len(values)):
+            costs = best[k - 1][k - 1:j] + values[j] * (before[j + 1] - before[k:j + 1])  # previous top i in k-1..j-1
+            came[k][j] = k - 1 + int(np.argmin(costs))
+            best[k][j] = costs.min()
+    tops, j = [], len(values) - 1
+    for k in range(count - 1, -1, -1):
+        tops.append(int(values[j]))
+        j = came[k][j]
+    return np.array(sorted(set(tops)), dtype=np.int64)
+
+
+def bucket_batches(src_lens, tgt_lens, tokens_per_batch, buckets, rng=None):
+    """Batches of one shape a bucket (length_buckets): from the shortest bucket up, the pairs of a
+    bucket (their longer side fits its length b and not the one before), in random order when rng
+    is given, after those left over by the bucket before, go tokens_per_batch // b to a batch; those
+    too few to fill one are left over to the next bucket, padded to its length. Only the last batch
+    may be short (TrainBatches.shape fills it out with rows of padding). The batches are shuffled;
+    every index appears exactly once."""
+    top = np.asarray(buckets)[np.searchsorted(buckets, np.maximum(src_lens, tgt_lens))]  # (num_pairs,)
+    batches, left = [], np.zeros(0, np.int64)
+    for b in buckets:
+        idx = np.flatnonzero(top == b)
+        idx = np.concatenate([left, idx if rng is None else rng.permutation(idx)])
+        rows = max(1, tokens_per_batch // int(b))
+        full = len(idx) // rows * rows
+        batches += [idx[i:i + rows] for i in range(0, full, rows)]
+        left = idx[full:]
+    if len(left):
+        batches.append(left)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
 def eval_batches(src_lens, tokens_per_batch, sort=False):
     """Batches for evaluation or translation: every sentence, however long.
 
@@ -302,16 +350,21 @@ def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None):
     return pad(seqs, int(padded_length(max(len(s) for s in seqs), multiple, limit)))
 
 
-def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE, limits=(None, None)):
+def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE, limits=(None, None), shape=None):
     """One batch: ((encoder input (N, T1), decoder input (N, T2)), labels (N, T2)).
 
     T1 and T2 are the longest lengths rounded up to a multiple of `multiple`: 8 keeps the number
     of distinct shapes small for compilers (XLA, JAX), 1 pads least (TensorFlow graphs take any
-    shape without retracing); never past limits, (maxlen1, maxlen2), where the lengths fit them."""
-    x = encoder_inputs(src_seqs, multiple, limits[0])
-    t2 = int(padded_length(max(len(t) for t in tgt_seqs) + 1, multiple, limits[1]))
-    decoder_in = pad([np.insert(t, 0, BOS) for t in tgt_seqs], t2)
-    labels = pad([np.append(t, EOS) for t in tgt_seqs], t2)
+    shape without retracing); never past limits, (maxlen1, maxlen2), where the lengths fit them.
+    With shape, (N, T1, T2) is that: rows past the pairs are all padding (no token to learn)."""
+    if shape is None:
+        t1 = int(padded_length(max(len(s) for s in src_seqs) + 1, multiple, limits[0]))
+        shape = (len(src_seqs), t1, int(padded_length(max(len(t) for t in tgt_seqs) + 1, multiple, limits[1])))
+    rows, t1, t2 = shape
+    blank = [np.zeros(0, np.int64)] * (rows - len(src_seqs))  # rows of padding alone: pad() leaves them 0
+    x = pad([np.append(s, EOS) for s in src_seqs] + blank, t1)
+    decoder_in = pad([np.insert(t, 0, BOS) for t in tgt_seqs] + blank, t2)
+    labels = pad([np.append(t, EOS) for t in tgt_seqs] + blank, t2)
     return (x, decoder_in), labels
 
 
@@ -332,10 +385,10 @@ class TrainBatches:
     """
 
     def __init__(self, src, tgt, tokens_per_batch, seed, maxlen1, maxlen2, multiple=PAD_MULTIPLE,
-                 batch_sentences=0, resegment=None, extra_target_ids=()):
+                 batch_sentences=0, resegment=None, extra_target_ids=(), buckets=0):
         self.maxlen1, self.maxlen2, self.resegment, self.segmented_for = maxlen1, maxlen2, resegment, None
         self.tokens_per_batch, self.seed, self.multiple = tokens_per_batch, seed, multiple
-        self.batch_sentences = batch_sentences
+        self.batch_sentences, self.bucket_count, self.buckets = batch_sentences, buckets, None
         # ids a target may hold besides those of the current segmentation: the softmax must cover
         # them too (subword sampling: pieces_within)
         self.extra_target_ids = np.asarray(extra_target_ids, np.int64)
@@ -350,6 +403,8 @@ class TrainBatches:
         self.tgt = [tgt[i] for i in keep]
         self.src_lens = np.array([len(s) + 1 for s in self.src])
         self.tgt_lens = np.array([len(t) + 1 for t in self.tgt])
+        if self.bucket_count:  # the lengths batches are padded to: length_buckets of these pairs
+            self.buckets = length_buckets(self.src_lens, self.tgt_lens, self.bucket_count)
 
     def __len__(self):
         return len(self.src)
@@ -367,25 +422,43 @@ class TrainBatches:
         rng = np.random.default_rng([self.seed, epoch])
         if self.batch_sentences:
             return sentence_batches(len(self.src), self.batch_sentences, rng)
+        if self.buckets is not None:
+            return bucket_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, self.buckets, rng)
         return token_budget_batches(self.src_lens, self.tgt_lens, self.tokens_per_batch, rng, self.multiple,
                                     (self.maxlen1, self.maxlen2))
 
     def batches(self, batch_plan):
         """Yield ((x, decoder_input), labels) NumPy batches of a plan."""
         for idx in batch_plan:
-            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.multiple,
-                                  (self.maxlen1, self.maxlen2))  # every pair fits them: no row padded past
+            yield training_arrays([self.src[i] for i in idx], [self.tgt[i] for i in idx],
+                                  shape=self.shape(idx))  # every pair fits maxlen1/maxlen2: no row padded past
 
     def epoch(self, epoch):
         """Yield the NumPy batches of `epoch`."""
         return self.batches(self.plan(epoch))
 
+    def shape(self, idx):
+        """(N, T1, T2) of the batch of these pairs: with buckets, the bucket's rows and length (each
+        side never past its maxlen), or, for sentence batches, each side's longest padded up to a
+        bucket; else the longest lengths padded to a multiple of `multiple`."""
+        if self.buckets is not None:
+            def up(n, limit):
+                return min(int(self.buckets[np.searchsorted(self.buckets, n)]), limit)
+            if self.batch_sentences:
+                return len(idx), up(self.src_lens[idx].max(), self.maxlen1), up(self.tgt_lens[idx].max(), self.maxlen2)
+            b = up(max(self.src_lens[idx].max(), self.tgt_lens[idx].max()), np.inf)
+            return max(1, self.tokens_per_batch // b), min(b, self.maxlen1), min(b, self.maxlen2)
+        return (len(idx), int(padded_length(int(self.src_lens[idx].max()), self.multiple, self.maxlen1)),
+                int(padded_length(int(self.tgt_lens[idx].max()), self.multiple, self.maxlen2)))
+
     def shapes(self, batch_plan):
         """The distinct (N, T1, T2) of a plan's batches: under XLA or JAX, one compilation each."""
-        def up(n, limit):
-            return int(padded_length(int(n), self.multiple, limit))
-        return {(len(i), up(self.src_lens[i].max(), self.maxlen1), up(self.tgt_lens[i].max(), self.maxlen2))
-                for i in batch_plan}
+        return {self.shape(idx) for idx in batch_plan}
+
+    def padding(self, batch_plan):
+        """The fraction of a plan's batches' tokens (both sides, as padded) that are padding."""
+        real = sum(int(self.src_lens[idx].sum() + self.tgt_lens[idx].sum()) for idx in batch_plan)
+        return 1 - real / sum(rows * (t1 + t2) for rows, t1, t2 in map(self.shape, batch_plan))
 
     def target_tokens(self, batch_plan):
         """Real (unpadded) target tokens of each batch in a plan."""

@@ -133,8 +133,17 @@ class Hparams:
                                                "(TensorFlow) or data_parallel (JAX)",
                             choices=STRATEGIES, resumable=True)
     length_multiple: int = setting(0, "devices", "pad batch lengths to a multiple of this; 0: 1 on TensorFlow "
-                                                 "without XLA, 8 where shapes are compiled",
+                                                 "without XLA, 8 where shapes are compiled and --length_buckets "
+                                                 "is off",
                                    resumable=True)
+    length_buckets: int = setting(0, "devices", "pad every training batch to one of at most this many shapes, "
+                                                "the lengths chosen from the data to pad least; 0: 16 where "
+                                                "steps are compiled (unless --length_multiple is given), else off",
+                                  resumable=True)
+    compile_cache: str = setting("auto", "devices", "JAX's persistent compilation cache, where compiled steps are "
+                                                    "kept for the next run (delete it to free the space): a folder, "
+                                                    "off, or auto: compile_cache beside --logdir",
+                                 resumable=True)
     adam_beta2: float = setting(0.98, "training", "Adam's beta2 (paper: 0.98; the reference: 0.999)",
                                 resumable=True)
     adam_epsilon: float = setting(1e-9, "training", "Adam's epsilon (paper: 1e-9; the reference: 1e-8)",
@@ -288,6 +297,8 @@ def validate(hp):
             problems.append(f"--{f.name} {getattr(hp, f.name)!r} is not one of {', '.join(choices)}")
     if hp.length_multiple < 0:
         problems.append(f"--length_multiple must be 0 (automatic) or positive (got {hp.length_multiple})")
+    if hp.length_buckets < 0:
+        problems.append(f"--length_buckets must be 0 (automatic) or positive (got {hp.length_buckets})")
     for name in ("d_model", "d_ff", "num_blocks", "num_heads", "maxlen1", "maxlen2", "vocab_size",
                  "tokens_per_batch", "num_epochs", "eval_tokens_per_batch", "beam_size", "keep_checkpoints",
                  "keep_step_checkpoints", "average_last"):

@@ -297,13 +297,15 @@ def load_data(hp, run):
         extra_target_ids = data_load.pieces_within(sp, texts[1])
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"),
                                    hp.tokens_per_batch, hp.seed, hp.maxlen1, hp.maxlen2,
-                                   run.length_multiple, hp.batch_sentences, resegment, extra_target_ids)
+                                   run.length_multiple, hp.batch_sentences, resegment, extra_target_ids,
+                                   run.length_buckets)
     if resegment is not None:
         print(f"subword sampling: every epoch's training text segmented anew, each BPE merge skipped with "
               f"probability {hp.subword_sampling} (the pairs and batches below: epoch 1's)")
     print(f"train: {len(train)} pairs, {train.dropped} dropped as longer than maxlen1 {hp.maxlen1} / "
           f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
-          f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else ""))
+          f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else "")
+          + f", {train.padding(train.plan(0)):.1%} of their tokens padding")
     # The linear decay ends after the steps of all epochs; each epoch's batches are fixed by the seed.
     total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
     if total_steps:

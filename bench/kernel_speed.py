@@ -140,7 +140,8 @@ def main(argv=None):
     print(run.describe())
     vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
-                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
+                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple,
+                                   buckets=run.length_buckets)
     output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
     batches = list(train.batches(train.plan(0)[:args.steps]))
 

@@ -218,7 +218,8 @@ def batches_to_measure(hp, run, args, names):
     section("Data")
     vocab_size = data_load.load_meta(hp.prepro_dir)["vocab_size"]
     train = data_load.TrainBatches(*data_load.load_split(hp.prepro_dir, "train"), hp.tokens_per_batch,
-                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple)
+                                   args.seed, hp.maxlen1, hp.maxlen2, run.length_multiple,
+                                   buckets=run.length_buckets)
     output_ids = data_load.output_ids(hp.output_vocab, train.tgt)
     runs = [("bucketed", hp, vocab_size, output_ids, list(train.batches(train.plan(0)[:args.steps])))]
     random_batches = reference_shaped(train.src, train.tgt, args.steps, args.seed)  # the yardsticks' too
@@ -235,11 +236,12 @@ def batches_to_measure(hp, run, args, names):
         iwslt_vocab = hp.vocab_size
         src, tgt = iwslt_like(iwslt_vocab, args.seed)
         synthetic = data_load.TrainBatches(src, tgt, hp.tokens_per_batch, args.seed, hp.maxlen1, hp.maxlen2,
-                                           run.length_multiple)
+                                           run.length_multiple, buckets=run.length_buckets)
         iwslt_plan = synthetic.plan(0)
         print(f"IWSLT 2016-shaped: {len(src):,} pairs, mean {np.mean(synthetic.src_lens) - 1:.1f} source / "
               f"{np.mean(synthetic.tgt_lens) - 1:.1f} target tokens, vocab {iwslt_vocab}: {len(iwslt_plan)} batches "
-              f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes")
+              f"an epoch in {len(synthetic.shapes(iwslt_plan))} distinct shapes, "
+              f"{synthetic.padding(iwslt_plan):.1%} of their tokens padding")
         order = np.random.default_rng(args.seed).permutation(len(iwslt_plan))[:args.steps]
         runs.append(("IWSLT 2016-shaped", hp, iwslt_vocab, data_load.output_ids(hp.output_vocab, synthetic.tgt),
                      list(synthetic.batches([iwslt_plan[i] for i in order]))))

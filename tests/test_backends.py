@@ -2,7 +2,8 @@
 code that differs between backends: saving, mixed precision, the optimizer's settings, compiled
 decoding loops, beam search, a changed layer reaching every decoding path) run again under
 KERAS_BACKEND=jax, and prepro -> train -> eval -> translate run on the sample corpus (one epoch of a
-tiny model) with TensorFlow made unimportable (the GPU machines have JAX but no TensorFlow)."""
+tiny model) with TensorFlow made unimportable (the GPU machines have JAX but no TensorFlow); its
+batches come in at most 16 shapes, and a second training process finds them compiled in the cache."""
 import os
 import re
 import subprocess
@@ -56,8 +57,20 @@ def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
             assert "backend jax" in done.stdout and "XLA on" in done.stdout, done.stdout[-2000:]
             assert "epoch 1: train loss" in done.stdout
             assert "ran out of data" not in done.stderr, done.stderr[-2000:]  # Keras told the epoch's length
+            shapes = re.search(r"in (\d+) distinct shapes \(one XLA compilation each\), ([\d.]+)% of their tokens "
+                               r"padding", done.stdout)
+            assert shapes and int(shapes.group(1)) <= 16, done.stdout[-2000:]  # length_buckets' at most 16
+            cache = tmp_path / "compile_cache"  # beside --logdir
+            assert f"compiled steps kept in {cache}" in done.stdout
+            kept = sorted(os.listdir(cache))
+            assert kept, "JAX's persistent compilation cache is empty"
         if args[0] == "eval.py":
             assert "BLEU test sacreBLEU = " in done.stdout
+    # the same training again, in another process and folder: every program it needs is in the cache
+    again = run(*no_tf, "train.py", "--num_epochs", "1", "--eval_sentences", "5", *TINY_MODEL, "--prepro_dir",
+                prepro_dir, "--logdir", str(tmp_path / "again"), KERAS_BACKEND="jax")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "compile_cache")) == kept  # found, none compiled anew
     done = subprocess.run([sys.executable, *no_tf, "translate.py", *common], cwd=ROOT,
                           input="Ein Mann fährt Fahrrad.\n\n", capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, KERAS_BACKEND="jax"))

@@ -257,3 +257,67 @@ def test_the_graph_cleaning_is_the_python_cleaning():
              "ﬁnde Ｆｕｌｌ ①", "  ", "", "Straße\u200bhier"]
     got = [s.decode() for s in data_load.clean_tensor(lines).numpy()]
     assert got == [data_load.clean(line) for line in lines]
+
+
+def test_length_buckets_pad_least_and_are_found_exactly():
+    """length_buckets against trying every choice: on random lengths (1-12, 40 pairs), for 1 to 4
+    buckets, the padded tokens (each pair padded square to its bucket) are the fewest possible, and
+    the last bucket holds the longest pair."""
+    import itertools
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        src, tgt = rng.integers(1, 13, 40), rng.integers(1, 13, 40)
+        longer = np.maximum(src, tgt)
+
+        def padded(buckets, longer=longer):
+            return 2 * sum(min(b for b in buckets if b >= n) for n in longer)
+        values = sorted(set(longer.tolist()))
+        for count in range(1, 5):
+            found = data_load.length_buckets(src, tgt, count)
+            assert len(found) <= count and found[-1] == longer.max()
+            best = min(padded(list(c) + [values[-1]]) for k in range(count)
+                       for c in itertools.combinations(values[:-1], k))
+            assert padded(found) == best, (trial, count, found)
+
+
+def test_bucketed_batches_come_in_few_shapes_and_hold_every_pair_once():
+    """TrainBatches with buckets, on 20,000 pairs of IWSLT 2016 lengths (the bench's drawing: long-tailed,
+    up to 99 tokens; 4,096-token batches) and 29,000 of Multi30k-like ones (gamma, mean 13; the
+    multi30k preset's 1,024-token batches): every pair once an epoch, at most 16
+    shapes (one a bucket, the budget // length rows), at most 20% of the tokens padding, and every
+    batch of its shape: the pairs' rows as training_arrays makes them, then rows of padding alone."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))  # the bench's scripts import their folder's modules
+    from train_speed import iwslt_like
+
+    rng = np.random.default_rng(1)
+    multi30k = [rng.integers(4, 400, n) for n in np.clip(rng.gamma(4.0, 3.3, 29000), 3, 50).astype(int)]
+    multi30k_tgt = [rng.integers(4, 400, max(2, int(len(s) * rng.lognormal(-0.05, 0.15)))) for s in multi30k]
+    for (src, tgt), budget in ((iwslt_like(1000, 0, pairs=20000), 4096), ((multi30k, multi30k_tgt), 1024)):
+        train = data_load.TrainBatches(src, tgt, budget, 0, 100, 100, buckets=16)
+        plan = train.plan(0)
+        assert sorted(np.concatenate(plan).tolist()) == list(range(len(train)))
+        shapes = train.shapes(plan)
+        assert len(shapes) <= 16 and train.padding(plan) <= 0.20, (len(shapes), train.padding(plan))
+        assert all(rows == budget // t1 and t1 == t2 for rows, t1, t2 in shapes)
+        for idx, ((x, d), y) in list(zip(plan, train.batches(plan)))[:50]:
+            assert x.shape + d.shape[1:] == train.shape(idx) and y.shape == d.shape
+            (x0, d0), y0 = data_load.training_arrays([train.src[i] for i in idx], [train.tgt[i] for i in idx],
+                                                     multiple=1)
+            n, t1, t2 = len(idx), x0.shape[1], d0.shape[1]
+            assert (x[:n, :t1] == x0).all() and (d[:n, :t2] == d0).all() and (y[:n, :t2] == y0).all()
+            assert not x[:, t1:].any() and not d[:, t2:].any() and not x[n:].any() and not y[n:].any()
+
+
+def test_an_explicit_length_multiple_turns_the_buckets_off_where_steps_are_compiled():
+    """devices.length_buckets: 16 where steps are compiled (XLA on), none where they are not, none
+    when --length_multiple is given, and --length_buckets as given."""
+    import dataclasses
+
+    import hyperparams
+    from support import devices
+
+    hp = hyperparams.Hparams()
+    assert devices.length_buckets(dataclasses.replace(hp, jit_compile="on")) == devices.COMPILED_BUCKETS == 16
+    assert devices.length_buckets(dataclasses.replace(hp, jit_compile="off")) == 0
+    assert devices.length_buckets(dataclasses.replace(hp, jit_compile="on", length_multiple=8)) == 0
+    assert devices.length_buckets(dataclasses.replace(hp, jit_compile="off", length_buckets=4)) == 4
