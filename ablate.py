@@ -38,9 +38,9 @@ import sys
 
 import data_load
 import hyperparams
-from support.pictures import plot_ablations, read_history
+from support.pictures import plot_ablations, read_history, wall_seconds
 from support.scoring import paired_bootstrap, read_hypotheses
-from support.utils import UserError, atomic_write, cpu_has_bfloat16, run_cli
+from support.utils import UserError, atomic_write, machine, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -119,14 +119,6 @@ def trained(logdir):
     except (OSError, UserError):
         return None
     return history if len(history) >= wanted else None
-
-
-def wall_seconds(history):
-    """The wall time a run took: each epoch's elapsed_seconds counts from its train.py process's
-    start, so a resumed run's clock restarts, and the time is the sum of each process's last."""
-    ends = [h["elapsed_seconds"] for h, after in zip(history, history[1:] + [None])
-            if after is None or after["elapsed_seconds"] < h["elapsed_seconds"]]
-    return sum(ends)
 
 
 def seed_list(option, text):
@@ -285,23 +277,6 @@ def summarize(results):
             row["verdict"] = (f"not comparable: trained in {', '.join(row['precision'])}, the preset in "
                               f"{', '.join(base['precision'])}")
     return rows
-
-
-def machine():
-    """The CPU's name and family, and whether it has bfloat16 instructions."""
-    name = family = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and name == "?":
-                    name = value.strip()
-                if key.strip() == "cpu family" and family == "?":
-                    family = value.strip()
-    except OSError:
-        pass
-    bf16 = "with" if cpu_has_bfloat16() else "without"
-    return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions)"
 
 
 def commit():

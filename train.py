@@ -432,7 +432,8 @@ def end_epoch(model, hp, folder, sp, dev, epoch, fitted, started):
         dev_bleu_reference=scores["reference"], lr=lr,
         step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
         train_seconds=progress.seconds, fit_seconds=fitted.fit_seconds, eval_seconds=eval_seconds,
-        save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds),
+        save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds,
+        precision=keras.mixed_precision.global_policy().name),
         samples=list(zip(dev.sources, hypotheses, dev.references))[:3])
     print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
           f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "

@@ -21,6 +21,14 @@ PANELS = (
 )
 
 
+def wall_seconds(history):
+    """The wall time a run took: each epoch's elapsed_seconds counts from its train.py process's
+    start, so a resumed run's clock restarts, and the time is the sum of each process's last."""
+    ends = [h["elapsed_seconds"] for h, after in zip(history, history[1:] + [None])
+            if after is None or after["elapsed_seconds"] < h["elapsed_seconds"]]
+    return sum(ends)
+
+
 def read_history(path):
     """The epochs of a history.jsonl as a list of dicts; a UserError naming the line of a bad one."""
     epochs = []

@@ -84,6 +84,26 @@ def cpu_has_bfloat16(flags=None):
     return bool((cpu_flags() if flags is None else flags) & BF16_CPU_FLAGS)
 
 
+def machine():
+    """The CPU's name and family, its cores, and whether it has bfloat16 instructions and AMX: the
+    line every measured figure names its machine by."""
+    name = family = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name == "?":
+                    name = value.strip()
+                if key.strip() == "cpu family" and family == "?":
+                    family = value.strip()
+    except OSError:
+        pass
+    flags = cpu_flags()
+    bf16 = "with" if cpu_has_bfloat16(flags) else "without"
+    amx = "with" if "amx_bf16" in flags else "without"
+    return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions, {amx} AMX)"
+
+
 _devices_probed = False  # by import_keras, in this process
 
 

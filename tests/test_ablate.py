@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import hyperparams
-from ablate import TABLE_BASE, VARIANTS, summarize, verdict, wall_seconds
+from ablate import TABLE_BASE, VARIANTS, summarize, verdict
+from support.pictures import wall_seconds
 from conftest import run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one

@@ -93,3 +93,42 @@ def test_iwslt_shaped_pairs_have_the_stated_lengths_and_ids():
     assert src_lens.min() >= 1 and max(src_lens.max(), tgt_lens.max()) <= 99
     ids = np.concatenate(src + tgt)
     assert ids.dtype == np.int32 and ids.min() >= 4 and ids.max() < 50
+
+
+def test_time_to_quality_reads_each_runs_clock_and_dev_bleu(quick_start, tmp_path):
+    """bench/time_to_quality.py on the quick start's run (a real one: the sample preset trained) and
+    a copy of it resumed once (a second process's clock): the minutes to each threshold and in all,
+    the epochs and the last dev BLEU are those of the runs' history.jsonl, and eval.py's dev result,
+    where the run has one."""
+    import json
+    import shutil
+
+    from support.pictures import read_history
+
+    history = read_history(quick_start.log / "history.jsonl")
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copy(quick_start.log / "hparams.json", resumed)
+    # the same epochs, its second half trained by a second process whose clock started again
+    half = len(history) // 2
+    offset = history[half - 1]["elapsed_seconds"]
+    with open(resumed / "history.jsonl", "w", encoding="utf-8") as f:
+        for k, h in enumerate(history):
+            f.write(json.dumps(dict(h, elapsed_seconds=h["elapsed_seconds"] - (offset if k >= half else 0))) + "\n")
+    low, high = history[0]["dev_bleu"] + 0.01, max(h["dev_bleu"] for h in history)
+    first = next(h for h in history if h["dev_bleu"] >= low)
+    run = run_script("bench/time_to_quality.py", str(quick_start.log), str(resumed), "--labels", "sample",
+                     "resumed", "--thresholds", f"{low},{high},1000")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("Machine: ") and "bfloat16 instructions" in run.stdout and "AMX" in run.stdout
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| ")}
+    total = history[-1]["elapsed_seconds"] / 60
+    assert rows["sample"][1] in ("float32", "mixed_bfloat16")  # as train.py recorded it
+    assert rows["sample"][2:5] == [str(len(history)), f"{total:.1f}", f"{first['elapsed_seconds'] / 60:.1f}"]
+    assert rows["sample"][6] == "not reached" and rows["sample"][7] == f"{history[-1]['dev_bleu']:.2f}"
+    assert rows["resumed"][3] == f"{total:.1f}"  # the two processes' clocks added
+    assert rows["resumed"][4] == rows["sample"][4] and rows["resumed"][5] == rows["sample"][5]
+    assert rows["sample"][8].startswith("dev_") or rows["sample"][8] == "not run |"
+    assert rows["resumed"][8] == "not run |"
+    bad = run_script("bench/time_to_quality.py", str(tmp_path / "none"))
+    assert bad.returncode == 2 and "history.jsonl" in bad.stderr
