@@ -67,12 +67,6 @@ def main(argv=None):
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
     translator = Translator(ckpt=args.ckpt, hp=hp, preset=args.preset_given)
-    if args.format == "ctranslate2" and translator.model.compute_dtype != "float32":
-        # CTranslate2 computes in float32 from the float32 weights: the model it is checked against
-        # computes in float32 too (bfloat16's rounding moves a token's log-probability by about 1e-2)
-        import model as transformer  # Keras is loaded by now
-
-        translator.model = transformer.rebuild(translator.model, dtype="float32")
     work = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)  # the folder appears once complete
     try:
         target = os.path.join(work, "model")

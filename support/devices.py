@@ -18,7 +18,8 @@ import dataclasses
 import json
 import os
 
-from support.utils import UserError, cpu_has_bfloat16, import_keras, quiet_half_precision
+from support.utils import UserError, compile_cache, cpu_has_bfloat16, import_keras, quiet_half_precision, \
+    use_compile_cache
 
 keras = import_keras()  # the first import of Keras in train.py and the benches: quietly
 
@@ -110,27 +111,6 @@ def length_buckets(hp):
     return COMPILED_BUCKETS if jit_compile(hp) and not hp.length_multiple else 0
 
 
-def compile_cache(hp):
-    """The folder of JAX's persistent compilation cache for hp (None: off, or not JAX): --compile_cache,
-    or with auto compile_cache beside the run's folder (log/compile_cache for log/sample), shared by
-    the runs there; JAX_COMPILATION_CACHE_DIR, where the user set it, wins."""
-    if backend() != "jax" or hp.compile_cache == "off":
-        return None
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return os.environ["JAX_COMPILATION_CACHE_DIR"]
-    if hp.compile_cache != "auto":
-        return hp.compile_cache
-    return os.path.join(os.path.dirname(os.path.abspath(hp.logdir)), "compile_cache")
-
-
-def use_compile_cache(folder):
-    """Keep every program JAX compiles in folder, and look there before compiling (a repeated or
-    resumed run finds its training steps compiled). Before the first compilation."""
-    import jax
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # small models' steps too
-
-
 def tf_config_workers():
     """(number of workers, this one's index) from TF_CONFIG; (1, 0) without it."""
     raw = os.environ.get("TF_CONFIG")
@@ -168,7 +148,7 @@ class Setup:
     jit_compile: bool
     length_multiple: int
     length_buckets: int
-    compile_cache: str  # JAX's persistent compilation cache (compile_cache); None: off
+    compile_cache: str  # JAX's persistent compilation cache (compile_cache); None: off, or TensorFlow
     strategy: str
     replicas: int
     chief: bool  # writes checkpoints and logs (the others of a multi-worker run do not)
@@ -179,7 +159,7 @@ class Setup:
                 f"XLA {'on' if self.jit_compile else 'off'}, lengths padded to "
                 + (f"{self.length_buckets} buckets" if self.length_buckets else f"multiples of {self.length_multiple}")
                 + f", strategy {self.strategy} ({self.replicas} replica(s))"
-                + (f", compiled steps kept in {self.compile_cache}" if self.compile_cache else ""))
+                + (f", compiled programs kept in {self.compile_cache}" if self.compile_cache else ""))
 
 
 def setup(hp, devices=None):
@@ -223,7 +203,9 @@ def setup(hp, devices=None):
         print("note: --precision mixed_bfloat16 on a CPU without bfloat16 instructions: expect no speed-up "
               "(docs/devices.md, 'Mixed precision')")
     keras.mixed_precision.set_global_policy(policy)
-    cache = compile_cache(hp)
+    # JAX's (TensorFlow read its XLA flags when this module imported Keras: eval.py and translate.py
+    # set its cache before, trained.runs.load_trained)
+    cache = compile_cache(hp) if backend() == "jax" else None
     if cache:
         use_compile_cache(cache)
     return Setup(policy, jit_compile(hp), length_multiple(hp), length_buckets(hp), cache, name, replicas, chief,

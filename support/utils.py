@@ -104,6 +104,48 @@ def machine():
     return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions, {amx} AMX)"
 
 
+def backend_name():
+    """Keras' backend: the imported Keras' own, or before Keras is imported, KERAS_BACKEND's (or
+    TensorFlow, its default)."""
+    if "keras" in sys.modules:
+        return sys.modules["keras"].backend.backend()
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def compile_cache(hp):
+    """The folder of XLA's persistent compilation cache for hp (None: off, or PyTorch): --compile_cache,
+    or with auto compile_cache beside the run's folder (log/compile_cache for log/sample), shared by
+    the runs there. JAX keeps every program it compiles there, TensorFlow its XLA programs (the
+    decoding loops). A folder the user set for the backend wins (JAX_COMPILATION_CACHE_DIR, or
+    TF_XLA_FLAGS' --tf_xla_persistent_cache_directory)."""
+    backend = backend_name()
+    if backend not in ("jax", "tensorflow") or hp.compile_cache == "off":
+        return None
+    if backend == "jax" and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    given = re.search(r"--tf_xla_persistent_cache_directory=(\S+)", os.environ.get("TF_XLA_FLAGS", ""))
+    if backend == "tensorflow" and given:
+        return given.group(1)
+    if hp.compile_cache != "auto":
+        return hp.compile_cache
+    return os.path.join(os.path.dirname(os.path.abspath(hp.logdir)), "compile_cache")
+
+
+def use_compile_cache(folder):
+    """Keep every program XLA compiles in folder, and look there before compiling: a repeated or
+    resumed run, or translate.py on the same file again, finds its programs compiled. JAX's before
+    its first compilation; TensorFlow's before Keras is first imported (its XLA reads its flags when
+    the devices are set up: import_keras)."""
+    os.makedirs(folder, exist_ok=True)
+    if backend_name() == "jax":
+        import jax
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # small models' programs too
+    elif f"--tf_xla_persistent_cache_directory={folder}" not in os.environ.get("TF_XLA_FLAGS", ""):
+        flags = f"{os.environ.get('TF_XLA_FLAGS', '')} --tf_xla_persistent_cache_directory={folder}"
+        os.environ["TF_XLA_FLAGS"] = flags.strip()
+
+
 _devices_probed = False  # by import_keras, in this process
 
 

@@ -61,12 +61,13 @@ def test_train_eval_translate_on_jax_without_tensorflow(tmp_path):
                                r"padding", done.stdout)
             assert shapes and int(shapes.group(1)) <= 16, done.stdout[-2000:]  # length_buckets' at most 16
             cache = tmp_path / "compile_cache"  # beside --logdir
-            assert f"compiled steps kept in {cache}" in done.stdout
+            assert f"compiled programs kept in {cache}" in done.stdout
             kept = sorted(os.listdir(cache))
             assert kept, "JAX's persistent compilation cache is empty"
         if args[0] == "eval.py":
             assert "BLEU test sacreBLEU = " in done.stdout
     # the same training again, in another process and folder: every program it needs is in the cache
+    kept = sorted(os.listdir(tmp_path / "compile_cache"))  # eval.py's programs too, by now
     again = run(*no_tf, "train.py", "--num_epochs", "1", "--eval_sentences", "5", *TINY_MODEL, "--prepro_dir",
                 prepro_dir, "--logdir", str(tmp_path / "again"), KERAS_BACKEND="jax")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]

@@ -132,3 +132,23 @@ def test_time_to_quality_reads_each_runs_clock_and_dev_bleu(quick_start, tmp_pat
     assert rows["resumed"][8] == "not run |"
     bad = run_script("bench/time_to_quality.py", str(tmp_path / "none"))
     assert bad.returncode == 2 and "history.jsonl" in bad.stderr
+
+
+@pytest.mark.slow
+def test_decode_speed_takes_a_run_trained_in_bfloat16(quick_start, tmp_path):
+    """bench/decode_speed.py --ckpt of a run trained in mixed bfloat16 (forced, so on any CPU):
+    CTranslate2's conversion is checked against the run's float32 twin, as export.py's is, and the
+    bench prints its summary line."""
+    import glob
+
+    logdir = tmp_path / "bf16"
+    train = run_script("train.py", "--prepro_dir", str(quick_start.prepro), "--logdir", str(logdir), "--num_epochs",
+                       "1", "--precision", "mixed_bfloat16", "--eval_sentences", "3", "--d_model", "32", "--d_ff",
+                       "64", "--num_blocks", "1", "--num_heads", "2")
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert "precision mixed_bfloat16" in train.stdout
+    (ckpt,) = glob.glob(str(logdir / "ckpt" / "*.keras"))
+    decode = run_script("bench/decode_speed.py", "--preset", "sample", "--sentences", "8", "--prepro_dir",
+                        str(quick_start.prepro), "--ckpt", ckpt, "--ctranslate2", "float32")
+    assert decode.returncode == 0, decode.stderr[-2000:]
+    assert decode.stdout.strip().splitlines()[-1].startswith("decode_speed cached_vs_uncached=")

@@ -156,8 +156,9 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
 def test_a_model_computing_in_bfloat16_exports_as_its_float32_twin(sample_sp, tmp_path):
     """A model trained in mixed bfloat16 (the default on a CPU with bfloat16 instructions) keeps its
     weights in float32 and computes in bfloat16, whose rounding moves its logits by far more than the
-    check's tolerance: export.py converts and checks its float32 twin (the same weights, model.rebuild), which is
-    what CTranslate2 computes."""
+    check's tolerance: write_ctranslate2 (export.py's, and bench/decode_speed.py's with --ckpt)
+    converts and checks its float32 twin (the same weights, model.rebuild), which is what CTranslate2
+    computes; the model checked as it computes would not pass."""
     pytest.importorskip("ctranslate2")
     import keras
     from keras import ops
@@ -172,7 +173,7 @@ def test_a_model_computing_in_bfloat16_exports_as_its_float32_twin(sample_sp, tm
         m = variant_model({}, sample_sp)
     finally:
         keras.config.set_dtype_policy(previous)
-    twin = transformer.rebuild(m, dtype="float32")  # what export.py does for such a model
+    twin = transformer.rebuild(m, dtype="float32")  # what write_ctranslate2 does for such a model
     assert (m.compute_dtype, twin.compute_dtype) == ("bfloat16", "float32")
     assert keras.config.dtype_policy().name == previous.name  # the global policy is left as it was
     assert all(np.array_equal(a, b) for a, b in zip(m.get_weights(), twin.get_weights()))
@@ -180,10 +181,11 @@ def test_a_model_computing_in_bfloat16_exports_as_its_float32_twin(sample_sp, tm
     gap = np.abs(ops.convert_to_numpy(m(inputs)).astype(np.float64) - ops.convert_to_numpy(twin(inputs))).max()
     assert gap > 10 * serving.SCORE_TOLERANCE
     pieces = [sample_sp.id_to_piece(i) for i in range(sample_sp.get_piece_size())]
-    with pytest.raises(UserError, match="does not score as this model does"):
-        serving.write_ctranslate2(m, pieces, str(tmp_path / "bf16"))
-    serving.write_ctranslate2(twin, pieces, str(tmp_path / "ct2"))
+    serving.write_ctranslate2(m, pieces, str(tmp_path / "ct2"))
     assert (tmp_path / "ct2" / "model.bin").is_file()
+    with pytest.raises(UserError, match="does not score as this model does"):
+        serving.check_ctranslate2(m, pieces, str(tmp_path / "ct2"))
+    serving.check_ctranslate2(twin, pieces, str(tmp_path / "ct2"))
 
 
 @pytest.mark.slow

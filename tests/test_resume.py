@@ -24,7 +24,7 @@ def resume_cases():
     for name in hyperparams.RESUMABLE_FIELDS:
         f = fields()[name]
         default = f.default
-        if name in ("logdir", "prepro_dir", "data_dir"):
+        if name in ("logdir", "prepro_dir", "data_dir", "compile_cache"):
             continue
         if name == "num_epochs":
             continue  # every resume below raises it

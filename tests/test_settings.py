@@ -21,14 +21,14 @@ SENTENCE = "Das Kind kauft ein Auto."
 # value the matrix trains with.
 PATH_NUMBERS = {"subword_sampling": 0.1, "batch_sentences": 8, "save_every_steps": 1, "average_last": 2,
                 "length_multiple": 8, "maxlen1": 30, "maxlen2": 20, "attention_dropout": 0.0,
-                "eval_sentences": 2, "beam_size": 2, "weight_decay": 0.01, "smoothing": 0.0}
+                "eval_sentences": 2, "beam_size": 2, "weight_decay": 0.01, "smoothing": 0.0, "length_buckets": 4}
 # The numbers that are only amounts (any value runs the same code), and the fields that are prepro.py's
 # or name files: the matrix leaves them at the tiny run's values.
 AMOUNTS = {"vocab_size", "d_model", "d_ff", "num_blocks", "num_heads", "dropout_rate", "layer_norm_epsilon",
            "tokens_per_batch", "adam_beta2", "adam_epsilon", "lr", "warmup_steps", "num_epochs", "seed",
            "eval_tokens_per_batch", "alpha", "keep_checkpoints", "keep_step_checkpoints"}
 NOT_TRAINING = {"corpus": "prepro.py's (tests/test_prepro.py reads both formats)",
-                "data_dir": "prepro.py's", "prepro_dir": "a folder", "logdir": "a folder",
+                "data_dir": "prepro.py's", "prepro_dir": "a folder", "logdir": "a folder", "compile_cache": "a folder",
                 "train_prefix": "prepro.py's", "dev_prefix": "prepro.py's", "test_prefix": "prepro.py's",
                 "src_lang": "prepro.py's", "tgt_lang": "prepro.py's"}
 # Values that belong to another backend or machine: refused with one line on TensorFlow's CPU.

@@ -1,4 +1,5 @@
 """translate.py and trained/lines.py's translate_lines: your own sentences, long lines, bad input."""
+import os
 import re
 import subprocess
 import sys
@@ -124,3 +125,27 @@ def test_before_training_the_hint_names_the_command_that_trains_this_run(tmp_pat
     run = run_script("eval.py", "--logdir", log)
     hint = f"train first (python train.py --preset <the preset to train> --logdir {log})"
     assert_one_line_error(run, re.escape(hint))
+
+
+@pytest.mark.slow
+def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_start, tmp_path):
+    """translate.py keeps the decoding programs XLA compiles in the compilation cache beside the run
+    folder (--compile_cache auto): the first process on a file writes them, a second process on the
+    same file finds every one there and writes none."""
+    import shutil
+
+    run_dir = tmp_path / "runs" / "sample"  # its cache: tmp_path/runs/compile_cache, empty as yet
+    shutil.copytree(quick_start.log, run_dir)
+    lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Kind liest ein Buch im Garten."] * 7
+    (tmp_path / "in.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cache = tmp_path / "runs" / "compile_cache"
+    kept = []
+    for k in range(2):  # fresh interpreters: TensorFlow reads where its cache is before its devices start
+        run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
+                              str(quick_start.prepro), "--input", str(tmp_path / "in.de"), "--output",
+                              str(tmp_path / f"out{k}.en"), "--beam_size", "2"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        kept.append(sorted(os.listdir(cache)))
+    assert kept[0] and kept[1] == kept[0], kept
+    assert (tmp_path / "out0.en").read_text(encoding="utf-8") == (tmp_path / "out1.en").read_text(encoding="utf-8")

@@ -14,7 +14,7 @@ import re
 from trained import checkpoints
 import data_load
 import hyperparams
-from support.utils import UserError
+from support.utils import UserError, compile_cache, use_compile_cache
 
 
 def load_trained(hp, ckpt=None, preset=None):
@@ -32,6 +32,9 @@ def load_trained(hp, ckpt=None, preset=None):
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
                         f"({hyperparams.train_first(hp.logdir, preset)}) or pass --ckpt")
     sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
+    cache = compile_cache(hp)
+    if cache:  # before Keras is imported: a second process on the same lines compiles nothing again
+        use_compile_cache(cache)
     if ckpt is not None:
         return checkpoints.load(ckpt, hp, meta), sp, ckpt
     paths = [p for _, p in found[-hp.average_last:]]

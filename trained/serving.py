@@ -173,6 +173,12 @@ def write_ctranslate2(model, pieces, output, quantization=None):
     """Write the CTranslate2 model folder of a Transformer over the vocabulary pieces (id -> piece),
     once it has scored as the model does (check_ctranslate2, in float32); a UserError if not."""
     ctranslate2 = optional("ctranslate2", "export")
+    if model.compute_dtype != "float32":
+        # CTranslate2 computes in float32 from the float32 weights: the model it is checked against
+        # computes in float32 too (bfloat16's rounding moves a token's log-probability by about 1e-2)
+        import model as transformer
+
+        model = transformer.rebuild(model, dtype="float32")
 
     class Converter(ctranslate2.converters.Converter):
         def _load(self):
