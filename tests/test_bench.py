@@ -152,3 +152,26 @@ def test_decode_speed_takes_a_run_trained_in_bfloat16(quick_start, tmp_path):
                         str(quick_start.prepro), "--ckpt", ckpt, "--ctranslate2", "float32")
     assert decode.returncode == 0, decode.stderr[-2000:]
     assert decode.stdout.strip().splitlines()[-1].startswith("decode_speed cached_vs_uncached=")
+
+
+@pytest.mark.slow
+def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tmp_path):
+    """bench/translate_speed.py on the quick start's run and a file of its test sentences: the first
+    and second passes of each search, ours and CTranslate2's, their ratios, the lines alike (greedy: all
+    of them, the same model decoded elsewhere), and its summary line; a file it cannot read, one line."""
+    pytest.importorskip("ctranslate2")
+    source = tmp_path / "in.de"
+    lines = (quick_start.prepro / "test.de").read_text(encoding="utf-8").splitlines()[:12]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
+                     "--beam_sizes", "1,2")
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| greedy") or
+            line.startswith("| beam 2")]
+    assert len(rows) == 2 and rows[0][-1] == "12 of 12 |", run.stdout
+    for row in rows:  # seconds and ratios (of the unrounded seconds)
+        assert all(float(cell) > 0 for cell in row[1:7]), row
+    assert re.fullmatch(r"translate_speed greedy_first_vs_ct2=[\d.]+ greedy_steady_vs_ct2=[\d.]+ "
+                        r"beam_first_vs_ct2=[\d.]+ beam_steady_vs_ct2=[\d.]+", run.stdout.strip().splitlines()[-1])
+    bad = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(tmp_path / "none"))
+    assert bad.returncode == 2 and "--input" in bad.stderr and "cannot be read" in bad.stderr

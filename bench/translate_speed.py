@@ -1,0 +1,119 @@
+"""Translating a file as a user does, beside CTranslate2: a trained run's model through the code
+translate.py runs (trained.runs.Translator), its first pass (compiling included) and a second pass
+over the same lines (compiled) timed apart, and CTranslate2 on the same weights (export.py's
+conversion) and lines, first pass (loading the converted model included) and second pass, greedy and
+beam search; the ratio of the times on each row.
+
+    python bench/translate_speed.py --logdir log/multi30k --input prepro/multi30k/test.de
+
+The port's first pass starts with an empty compilation cache (a fresh folder, deleted after), as a
+user's first translate.py on a machine does; its model is loaded before the clock starts, as is
+CTranslate2's conversion. CTranslate2 decodes the pieces of each line (the port's sentencepiece
+model), in batches of the run's --eval_tokens_per_batch tokens, with --threads threads, up to 256
+tokens; its beam search scores length by length^alpha (the port's: GNMT's ((5 + length) / 6)^alpha),
+so beam outputs may differ where greedy ones agree. The share of lines the two translate alike is
+printed.
+
+The last line is machine-readable:
+translate_speed greedy_first_vs_ct2=<x> greedy_steady_vs_ct2=<x> beam_first_vs_ct2=<x> beam_steady_vs_ct2=<x>
+(the port's time over CTranslate2's: below 1, the port is faster)
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from support.utils import UserError, machine, optional, run_cli  # noqa: E402
+
+
+def read_lines(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"--input {path}: cannot be read as UTF-8 text ({e})") from None
+    if not any(line.strip() for line in lines):
+        raise UserError(f"--input {path}: no line to translate")
+    return lines
+
+
+def ctranslate2_passes(translator, lines, beam_size, threads):
+    """CTranslate2 on the run's weights: (first pass's seconds, the converted model loaded included;
+    second pass's seconds; translations)."""
+    ctranslate2 = optional("ctranslate2", "export")
+    import data_load
+    from trained.serving import write_ctranslate2
+
+    sp, hp = translator.sp, translator.hp
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    sources = [sp.encode(data_load.clean(line.strip()), out_type=str) for line in lines]  # cleaned as ours
+    folder = tempfile.mkdtemp(prefix="ct2-")
+    try:
+        write_ctranslate2(translator.model, pieces, folder)
+        start = time.perf_counter()
+        engine = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1)
+        times, outputs = [], None
+        for _ in range(2):
+            results = engine.translate_batch(sources, beam_size=beam_size, length_penalty=hp.alpha,
+                                             max_batch_size=hp.eval_tokens_per_batch, batch_type="tokens",
+                                             max_decoding_length=256)
+            outputs = [sp.decode(r.hypotheses[0]) if source else "" for r, source in zip(results, sources)]
+            times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return times[0], times[1], outputs
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--logdir", required=True, help="a trained run's folder (train.py's --logdir)")
+    p.add_argument("--input", required=True, help="a text file, a sentence a line")
+    p.add_argument("--beam_sizes", default="1,4", help="the searches to time, comma-separated (1: greedy)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads (default: every core)")
+    args = p.parse_args(argv)
+    try:
+        beams = [int(b) for b in args.beam_sizes.split(",") if b.strip()]
+    except ValueError:
+        p.error(f"--beam_sizes {args.beam_sizes!r}: give whole numbers separated by commas, e.g. 1,4")
+    lines = read_lines(args.input)
+    cache = tempfile.mkdtemp(prefix="compile-cache-")  # empty: the first pass compiles
+    try:
+        from trained.runs import Translator
+
+        start = time.perf_counter()
+        translator = Translator(args.logdir, compile_cache=cache)
+        loaded = time.perf_counter() - start
+        print(f"Machine: {machine()}")
+        print(f"{args.logdir}: {translator.ckpt}, precision {translator.model.compute_dtype}, loaded in "
+              f"{loaded:.1f} s; {args.input}: {len(lines)} lines")
+        rows, summary = [], {}
+        for beam in beams:
+            timed = []
+            for _ in range(2):
+                start = time.perf_counter()
+                ours = translator.translate(lines, beam_size=beam)
+                timed.append(time.perf_counter() - start)
+            first, steady, theirs = ctranslate2_passes(translator, lines, beam, args.threads)
+            alike = sum(a == b for a, b in zip(ours, theirs))
+            name = "greedy" if beam == 1 else f"beam {beam}"
+            rows.append(f"| {name} | {timed[0]:.2f} | {timed[1]:.2f} | {first:.2f} | {steady:.2f} | "
+                        f"{timed[0] / first:.2f} | {timed[1] / steady:.2f} | {alike} of {len(lines)} |")
+            key = "greedy" if beam == 1 else "beam"
+            summary[f"{key}_first_vs_ct2"], summary[f"{key}_steady_vs_ct2"] = timed[0] / first, timed[1] / steady
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    print("\n| search | ours, first pass (s) | ours, again (s) | CTranslate2, first (s) | CTranslate2, again (s) | "
+          "first: ours / CTranslate2 | again: ours / CTranslate2 | lines alike |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print("translate_speed " + " ".join(f"{k}={v:.2f}" for k, v in summary.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
