@@ -20,7 +20,7 @@ FOREIGN = {
     "--xla_cpu_use_onednn": "XLA_FLAGS", "--xla_cpu_experimental_onednn_custom_call": "XLA_FLAGS",
     "--xla_gpu_enable_triton_gemm": "XLA_FLAGS", "--xla_gpu_autotune_level": "XLA_FLAGS",
     "--tf_xla_auto_jit": "TF_XLA_FLAGS", "--tf_xla_cpu_global_jit": "TF_XLA_FLAGS",
-    "--tf_xla_ops_to_cluster": "TF_XLA_FLAGS",
+    "--tf_xla_ops_to_cluster": "TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory": "TF_XLA_FLAGS",
 }
 OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*)")
 
