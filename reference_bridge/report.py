@@ -216,7 +216,8 @@ def training_rows(theirs, prepro_dir, kernels):
 
 def t_quantile(p, dof):
     """Student's t distribution's quantile p for dof degrees of freedom: the normal one corrected by
-    the first three terms of its Cornish-Fisher expansion (within 1% for dof >= 10 at p <= 1 - 1e-5)."""
+    the first three terms of its Cornish-Fisher expansion (against scipy's, for p up to 1 - 1e-5: within
+    1.1% from 10 degrees of freedom, 0.1% from 20; the check's variance row has 38)."""
     z = statistics.NormalDist().inv_cdf(p)
     return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
