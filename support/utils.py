@@ -146,6 +146,24 @@ def use_compile_cache(folder):
         os.environ["TF_XLA_FLAGS"] = flags.strip()
 
 
+@contextlib.contextmanager
+def compile_cache_while_keras_starts(hp):
+    """XLA's persistent compilation cache for hp's run (compile_cache, use_compile_cache) while Keras
+    starts within: TensorFlow's XLA reads TF_XLA_FLAGS when its devices start (import_keras), after
+    which the variable is put back as it was, so that the processes this one starts (a test's, a
+    notebook's) do not take this run's folder for one their user set."""
+    folder, previous = compile_cache(hp), os.environ.get("TF_XLA_FLAGS")
+    if folder:
+        use_compile_cache(folder)
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop("TF_XLA_FLAGS", None)
+        else:
+            os.environ["TF_XLA_FLAGS"] = previous
+
+
 _devices_probed = False  # by import_keras, in this process
 
 

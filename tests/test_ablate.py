@@ -41,7 +41,7 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     # the row that decodes the preset's run another way: no minutes of its own, a paired bootstrap p
     assert rows[2][8].strip() == "" and rows[0][8].strip() and 0 < float(rows[2][-2]) <= 1
     assert "ablations.png" in text and (tmp_path / "ablations.png").stat().st_size > 1000
-    assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions\), in "
+    assert re.search(r"CPU family \S+, \d+ cores, with(out)? bfloat16 instructions, with(out)? AMX\), in "
                      r"(float32|mixed_bfloat16); each run's figures, with its machine, date and commit, are in "
                      r"\[ablations\.json\]\(ablations\.json\)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())

@@ -169,8 +169,8 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
     rows = [line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| greedy") or
             line.startswith("| beam 2")]
     assert len(rows) == 2 and rows[0][-1] == "12 of 12 |", run.stdout
-    for row in rows:  # seconds and ratios (of the unrounded seconds)
-        assert all(float(cell) > 0 for cell in row[1:7]), row
+    for row in rows:  # seconds and ratios (of the unrounded seconds), which may round to 0.00
+        assert all(float(cell) >= 0 for cell in row[1:7]), row
     assert re.fullmatch(r"translate_speed greedy_first_vs_ct2=[\d.]+ greedy_steady_vs_ct2=[\d.]+ "
                         r"beam_first_vs_ct2=[\d.]+ beam_steady_vs_ct2=[\d.]+", run.stdout.strip().splitlines()[-1])
     bad = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(tmp_path / "none"))

@@ -54,10 +54,10 @@ def test_the_port_computes_the_references_numbers(quick_start, tmp_path):
     assert len(rows) == sizes * (kernels * (2 + 2 * 5 + 3 + 2) + 1 + kernels * decodings) + 1, printed
     assert all(line.startswith("ok   ") for line in rows), printed
     for size in ("d_model 16, 2 heads, 2+2 blocks", "d_model 64, 4 heads, 3+3 blocks"):
-        for kernels in ("plain", "auto"):  # every decoding path with either kernels, against the reference's greedy
+        for choice in ("plain", "auto"):  # every decoding path with either kernels, against the reference's greedy
             for path in report.DECODINGS:
-                assert f"ok   [{size}] --kernels {kernels}, {path} translations of dev" in run.stdout
-            dropout = f"ok   [{size}] --kernels {kernels}: dropout 0.3, the first batch's logits over 400 draws"
+                assert f"ok   [{size}] --kernels {choice}, {path} translations of dev" in run.stdout
+            dropout = f"ok   [{size}] --kernels {choice}: dropout 0.3, the first batch's logits over 400 draws"
             assert dropout in run.stdout
         assert f"ok   [{size}] its data_load's batches of the training files" in run.stdout
     assert printed[-1] == f"{len(rows)} of {len(rows)} agree: the port computes the reference's numbers"

@@ -14,7 +14,7 @@ import re
 from trained import checkpoints
 import data_load
 import hyperparams
-from support.utils import UserError, compile_cache, use_compile_cache
+from support.utils import UserError, compile_cache_while_keras_starts
 
 
 def load_trained(hp, ckpt=None, preset=None):
@@ -32,16 +32,13 @@ def load_trained(hp, ckpt=None, preset=None):
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
                         f"({hyperparams.train_first(hp.logdir, preset)}) or pass --ckpt")
     sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
-    cache = compile_cache(hp)
-    if cache:  # before Keras is imported: a second process on the same lines compiles nothing again
-        use_compile_cache(cache)
-    if ckpt is not None:
-        return checkpoints.load(ckpt, hp, meta), sp, ckpt
-    paths = [p for _, p in found[-hp.average_last:]]
-    if len(paths) == 1:
-        return checkpoints.load(paths[0], hp, meta), sp, paths[0]
-    name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
-    return checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name)
+    paths = [ckpt] if ckpt is not None else [p for _, p in found[-hp.average_last:]]
+    # Keras starts in checkpoints.load: a second process on the same lines compiles nothing again
+    with compile_cache_while_keras_starts(hp):
+        if len(paths) == 1:
+            return checkpoints.load(paths[0], hp, meta), sp, paths[0]
+        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
+        return checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name)
 
 
 def averaged_count(name):
