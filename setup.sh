@@ -2,7 +2,7 @@
 # Create .venv (if missing) and install requirement groups into it at the exact versions of
 # requirements/lock.txt. With no argument: the core (train, evaluate, translate, plot). Name groups
 # to add them: `bash setup.sh export jax` (export.py's packages, the JAX backend), `bash setup.sh dev`
-# (everything the tests, the linter and the lesson's runner need).
+# (everything the tests, the linter and the lesson's runner need), `bash setup.sh page` (page.py's Flask).
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -10,7 +10,7 @@ groups=("${@:-core}")
 args=()
 for group in "${groups[@]}"; do
   if [ ! -f "requirements/$group.txt" ] || [ "$group" = lock ]; then
-    echo "error: setup.sh: no requirement group '$group'; the groups are core, export, jax, dev (requirements/)" >&2
+    echo "error: setup.sh: no requirement group '$group'; the groups are core, export, jax, page, dev (requirements/)" >&2
     exit 2
   fi
   args+=(-r "requirements/$group.txt")

@@ -65,6 +65,8 @@ SKIPPED = {  # a command's first words: why it is not run here
     ".venv/bin/pip install \"tensorflow[and-cuda]": "installs a GPU build from the network, for a machine with a GPU",
     ".venv/bin/pip install \"jax[cuda13]": "installs a GPU build from the network, for a machine with a GPU",
     ".venv/bin/python -m jupyter lab": "opens a browser; tests/test_lesson.py runs every cell of the lesson",
+    ".venv/bin/python page.py": "serves until stopped: tests/test_page.py starts it on the quick start's model, "
+                                "sends it requests and drives it in a headless browser",
 }
 # Commands written inline in the prose that are not run, by document (a glob) and the command's
 # pattern: why. A command a reader would type is better shown in a fenced block, where it runs.

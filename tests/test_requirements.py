@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 from conftest import ENGLISH, GERMAN, ROOT, assert_one_line_error, run_script, write_parallel
 
-GROUPS = ("core", "export", "jax", "dev", "notebook")
+GROUPS = ("core", "export", "jax", "page", "dev", "notebook")
 
 
 def normalised(name):

@@ -10,7 +10,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What requirements/core.txt leaves out (the other groups' packages, by their import names)
 NOT_CORE = ["jax", "jaxlib", "ctranslate2", "tensorflow_text", "torch", "pytest", "xdist", "hypothesis",
-            "nbclient", "nbformat", "ipykernel", "IPython"]
+            "nbclient", "nbformat", "ipykernel", "IPython", "flask", "werkzeug", "selenium"]
 
 if __name__ == "__main__":
     names = NOT_CORE if sys.argv[1] == "core" else sys.argv[1].split(",")

@@ -132,3 +132,61 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
                  for i, (w, _) in enumerate(decoder_weights)]
     translation = data_load.postprocess(sp, ids)[0]
     return source_pieces, output_pieces, translation, maps
+
+
+def beam_trace(model, sp, source_ids, beam_size, alpha):
+    """Beam search over one sentence one step at a time, keeping every step's hypotheses: the
+    search's own functions (decoding.beam_start, beam_step, beam_result) with the decoder run
+    uncached over each open prefix, so that each step can be read off.
+
+    Args:
+      source_ids: the sentence's piece ids (without </s>).
+
+    Returns:
+      (tree, finished, hypotheses, ids): tree and finished as support.pictures.draw_beam_tree
+      takes them; hypotheses the finished ones, best first, each a dict of text, log_prob,
+      penalty, score (log_prob / penalty) and returned (the one the search returns); ids the
+      returned hypothesis (its pieces, </s>, then padding).
+    """
+    import numpy as np
+    from keras import ops
+
+    import decoding
+
+    source = data_load.encoder_inputs([source_ids], multiple=1)  # (1, T1): the pieces and </s>
+    memory, source_mask = model.encode(source, training=False)  # (1, T1, d_model), mask
+    max_len = decoding.default_max_len(model, source.shape[1])  # as the compiled beam search
+    state = decoding.beam_start(1, beam_size, max_len)
+    steps = []  # per step: the open hypotheses after it (K, t+1), their parents and log-probabilities
+    for t in range(max_len):
+        prefix = ops.convert_to_numpy(state["alive_seqs"])[0, :, :t]  # (K, t)
+        decoder_input = np.concatenate([np.full((beam_size, 1), data_load.BOS), prefix], axis=1)  # (K, t+1)
+        logits = model.decode(decoder_input, ops.repeat(memory, beam_size, axis=0),
+                              ops.repeat(source_mask, beam_size, axis=0), training=False)[:, -1]  # (K, V')
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (K, V')
+        state, parents, _ = decoding.beam_step(model, t, log_probs, 0, max_len, beam_size, alpha, state)
+        steps.append((ops.convert_to_numpy(state["alive_seqs"])[0, :, :t + 1], ops.convert_to_numpy(parents)[0],
+                      ops.convert_to_numpy(state["alive_scores"])[0]))
+        if bool(ops.convert_to_numpy(state["done"])[0]):
+            break
+    ids, _ = decoding.beam_result(state)
+    ids = ops.convert_to_numpy(ids)  # (1, L)
+    best = list(ids[0])
+    end = best.index(data_load.EOS) if data_load.EOS in best else len(best) - 1
+    tree = [[(sp.id_to_piece(int(seqs[k, t])), float(scores[k]), None if t == 0 else int(parents[k]),
+              list(seqs[k]) == best[:t + 1]) if scores[k] > decoding.NEG_INF / 2 else (None, 0.0, None, False)
+             for k in range(beam_size)] for t, (seqs, parents, scores) in enumerate(steps)]
+    finished, hypotheses = [], []
+    fin_seqs, fin_scores = ops.convert_to_numpy(state["fin_seqs"])[0], ops.convert_to_numpy(state["fin_scores"])[0]
+    for seq, log_p in zip(fin_seqs, fin_scores):  # best first: the search keeps them sorted by score
+        if log_p < decoding.NEG_INF / 2:
+            continue
+        stop = list(seq).index(data_load.EOS)  # the step that chose </s>
+        parent = None if stop == 0 else next(k for k in range(beam_size)
+                                             if list(steps[stop - 1][0][k]) == list(seq[:stop]))
+        penalty = float(ops.convert_to_numpy(decoding.length_penalty(stop + 1, alpha)))
+        returned = list(seq[:stop + 1]) == best[:end + 1]
+        finished.append((stop, parent, float(log_p), penalty, returned))
+        hypotheses.append(dict(text=sp.decode([int(i) for i in seq[:stop]]), log_prob=float(log_p), penalty=penalty,
+                               score=float(log_p) / penalty, returned=returned))
+    return tree, finished, hypotheses, ids
