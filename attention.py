@@ -21,7 +21,7 @@ from trained.runs import Translator, attention_maps
 from support.utils import UserError, run_cli
 
 # The settings attention.py reads (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha")
+SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha", "beam_stop")
 
 
 def main(argv=None):

@@ -111,19 +111,22 @@ def length_penalty(length, alpha):
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
-def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
+def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop="bound"):
     """Choose among the K x V' extensions of every sentence's open hypotheses (one beam step).
 
     Of the 2K best candidates, those among the best K that end in </s> compete, by
     log-probability over the length penalty, for the K finished slots; the best K others stay
     open. A sentence is done once the best score an open hypothesis could still reach (its
     log-probability over the penalty at max_len: log-probabilities only fall) cannot beat its best
-    finished one.
+    finished one; with stop "finished", also once K hypotheses have ended (CTranslate2's and
+    fairseq's rule: fewer steps, and the best score is no longer certain).
 
     Args:
       log_probs: (N*K, V') next-token log-probabilities of the open hypotheses.
       state: dict of alive_seqs (N, K, L), alive_scores (N, K), fin_seqs (N, K, L), fin_norm
-        (N, K) finished scores over the penalty, fin_scores (N, K), done (N,).
+        (N, K) finished scores over the penalty, fin_scores (N, K), fin_count (N,) hypotheses ended
+        so far, done (N,).
+      stop: "bound" or "finished" (Python str): when a sentence is done, as above.
 
     Returns:
       (the new state, parents (N, K): the hypothesis each open one extends, tokens (N*K,)).
@@ -150,6 +153,7 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
     fin_norm, keep = ops.top_k(ops.concatenate([state["fin_norm"], new_norm], axis=1), beam_size)  # (N, K)
     fin_seqs = gather_beams(ops.concatenate([state["fin_seqs"], top_seqs], axis=1), keep)  # (N, K, L)
     fin_scores = ops.take_along_axis(ops.concatenate([state["fin_scores"], top_scores], axis=1), keep, axis=1)
+    fin_count = state["fin_count"] + ops.sum(ops.cast(eligible, "int32"), axis=1)  # (N,)
     # 3. open: the best K candidates that do not end in </s>
     open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), beam_size)  # (N, K)
     parents = ops.take_along_axis(top_beams, pick, axis=1)  # (N, K)
@@ -157,8 +161,10 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state):
     # 4. done: no open hypothesis can beat the best finished one
     bound = ops.max(open_scores, axis=1) / length_penalty(max_len, alpha)  # (N,)
     done = ops.logical_or(state["done"], ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
+    if stop == "finished":
+        done = ops.logical_or(done, fin_count >= beam_size)
     state = dict(alive_seqs=gather_beams(top_seqs, pick), fin_seqs=fin_seqs, fin_norm=fin_norm,
-                 fin_scores=fin_scores, done=done,
+                 fin_scores=fin_scores, fin_count=fin_count, done=done,
                  alive_scores=ops.where(ops.expand_dims(done, 1), NEG_INF, open_scores))
     return state, parents, tokens
 
@@ -169,7 +175,8 @@ def beam_start(n, beam_size, max_len):
     first = ops.concatenate([ops.zeros((n, 1)), ops.full((n, beam_size - 1), NEG_INF)], axis=1)  # (N, K)
     return dict(alive_seqs=ops.zeros((n, beam_size, max_len), "int32"), alive_scores=first,
                 fin_seqs=ops.zeros((n, beam_size, max_len), "int32"), fin_norm=ops.full((n, beam_size), NEG_INF),
-                fin_scores=ops.full((n, beam_size), NEG_INF), done=ops.zeros((n,), "bool"))
+                fin_scores=ops.full((n, beam_size), NEG_INF), fin_count=ops.zeros((n,), "int32"),
+                done=ops.zeros((n,), "bool"))
 
 
 def beam_result(state):
@@ -235,7 +242,7 @@ class InPlaceBeamCache:
         return gather_beams(history, parents), caches  # (N, K, L*K)
 
 
-def beam_loop(model, source, max_len, min_len, beam_size, alpha):
+def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
     """Batched beam search as one loop in the graph; see `beam_search`.
 
     Every sentence's K hypotheses are K decoding rows; the caches follow them as the model's
@@ -244,7 +251,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
     Args:
       source: (N, T1) ids.
       max_len: L (Python int); min_len: int scalar tensor.
-      beam_size: K (Python int); alpha: length penalty exponent (Python float).
+      beam_size: K (Python int); alpha: length penalty exponent (Python float); stop: beam_step's.
 
     Returns:
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
@@ -258,7 +265,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha):
 
     def body(t, tokens, state, cache_state):
         log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
-        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state)
+        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop)
         return t + 1, tokens, state, cache.reorder(cache_state, parents)
 
     start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
@@ -373,7 +380,7 @@ def greedy_decode(model, source, max_len=None, min_len=0, cached=True, return_sc
     return (ids, scores) if return_scores else ids
 
 
-def beam_search(model, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, return_scores=False):
+def beam_search(model, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, return_scores=False, stop="bound"):
     """Batched beam search with the GNMT length penalty ((5 + length) / 6) ** alpha, the whole
     loop compiled (`beam_loop`). With beam_size 1 and alpha 0 this is greedy decoding.
 
@@ -383,13 +390,14 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=None, min_len=0, 
       alpha: length penalty exponent; 0 ranks by log-probability alone.
       max_len, min_len: as in greedy_decode.
       return_scores: also return each output's log-probability (without the penalty).
+      stop: when a sentence is done: "bound" or "finished" (beam_step).
 
     Returns:
       (N, L') int32 ids, </s> included, <pad> after it [, (N,) log-probabilities].
     """
     source = ops.convert_to_tensor(source, "int32")
     max_len = default_max_len(model, int(ops.shape(source)[1])) if max_len is None else max_len
-    search = compiled(model, beam_loop, static=("max_len", "beam_size", "alpha"))
+    search = compiled(model, beam_loop, static=("max_len", "beam_size", "alpha", "stop"))
     ids, scores = search(source, max_len=max_len, min_len=ops.convert_to_tensor(min_len, "int32"),
-                         beam_size=int(beam_size), alpha=float(alpha))
+                         beam_size=int(beam_size), alpha=float(alpha), stop=stop)
     return trim(ops.convert_to_numpy(ids), ops.convert_to_numpy(scores), return_scores)

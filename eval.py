@@ -12,8 +12,8 @@ the reference's layout (one translation a line, then the multi-bleu.perl line), 
 two ways: sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way
 (multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing),
 and the loss the model trained with over the split's target tokens.
-Decoding is the run's --beam_size and --alpha (its preset's; greedy where the beam is 1): give
-them to decode otherwise.
+Decoding is the run's --beam_size, --alpha and --beam_stop (its preset's; greedy where the beam is
+1): give them to decode otherwise.
 """
 import os
 
@@ -26,11 +26,13 @@ from support.utils import check_writable, run_cli, section
 
 
 # The settings eval.py reads (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = (*hyperparams.DECODING, "src_lang", "tgt_lang", "eval_tokens_per_batch", "beam_size", "alpha")
+SETTINGS = (*hyperparams.DECODING, "src_lang", "tgt_lang", "eval_tokens_per_batch", "beam_size", "alpha", "beam_stop")
 
 
-def decoding_name(beam_size, alpha):
-    return "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
+def decoding_name(beam_size, alpha, beam_stop="bound"):
+    if beam_size == 1:
+        return "greedy"
+    return f"beam {beam_size}, alpha {alpha}" + (", ended once K finished" if beam_stop == "finished" else "")
 
 
 def main(argv=None):
@@ -55,7 +57,7 @@ def main(argv=None):
     sources = data_load.load_text(hp.prepro_dir, args.split, hp.src_lang)
     references = data_load.load_text(hp.prepro_dir, args.split, hp.tgt_lang)
     hypotheses = translate_lines(model, sp, sources, hp.maxlen1, hp.eval_tokens_per_batch, hp.beam_size,
-                                 hp.alpha, desc=args.split, whole=True,
+                                 hp.alpha, desc=args.split, whole=True, beam_stop=hp.beam_stop,
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
@@ -66,9 +68,9 @@ def main(argv=None):
     loss = transformer.loss_per_token(model, data_load.loss_batches(*pairs, hp.tokens_per_batch, hp.maxlen1,
                                                                     hp.maxlen2))
     scores = bleu_scores(hypotheses, references, hp.tgt_lang)
-    text = format_scores(scores, args.split, extra=", " + decoding_name(hp.beam_size, hp.alpha))
+    text = format_scores(scores, args.split, extra=", " + decoding_name(hp.beam_size, hp.alpha, hp.beam_stop))
     name = os.path.basename(ckpt)[:-len(".keras")]
-    tag = "" if hp.beam_size == 1 else f"_beam{hp.beam_size}a{hp.alpha:g}"
+    tag = "" if hp.beam_size == 1 else f"_beam{hp.beam_size}a{hp.alpha:g}" + ("f" if hp.beam_stop == "finished" else "")
     path = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['sacrebleu']:.2f}.txt")
     write_results(path, sources, references, hypotheses, text)
     reference_layout = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['reference']:.2f}")

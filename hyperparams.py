@@ -177,6 +177,11 @@ class Hparams:
     alpha: float = setting(0.6, "evaluation", "beam search length penalty exponent: a hypothesis' log "
                                               "probability is divided by ((5 + length) / 6) ** alpha",
                            resumable=True)
+    beam_stop: str = setting("bound", "evaluation", "when beam search ends a sentence: bound (once no open "
+                                                    "hypothesis can still beat the best finished one, so the best "
+                                                    "score is certain) or finished (once beam_size hypotheses have "
+                                                    "ended, as CTranslate2 and fairseq: fewer steps)",
+                             choices=("bound", "finished"), resumable=True)
     average_last: int = setting(1, "evaluation", "the weights eval.py, translate.py, attention.py and export.py "
                                                  "load: the mean of the newest this many epoch checkpoints (paper "
                                                  "6.1: five); 1: the last epoch's; --ckpt: that file alone",
@@ -250,7 +255,7 @@ PRESETS = {
                       logdir="log/iwslt2016", eval_sentences=0, precision="float32"),
     # The same task and model size with every improvement of this port turned on: token-budget
     # batches, residual dropout and W^O (paper 3.2.2, 5.4), the paper's Adam constants, the smaller
-    # softmax. README, "Beat the reference".
+    # softmax. README, "IWSLT 2016 on a GPU".
     "iwslt2016_improved": dict(REFERENCE_2019, corpus="iwslt", data_dir="data/iwslt2016",
                                prepro_dir="prepro/iwslt2016", logdir="log/iwslt2016_improved",
                                eval_sentences=0, batch_sentences=0, tokens_per_batch=4096,
@@ -282,11 +287,17 @@ def field_names():
     return [f.name for f in dataclasses.fields(Hparams)]
 
 
-def preset(name):
-    """The Hparams of preset `name`."""
+def preset(name, **changes):
+    """The Hparams of preset `name`, with the settings in changes instead of its own, as
+    `--<name> value` on a command line would set them: preset("sample", norm="pre")."""
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
-    return Hparams(**PRESETS[name])
+    unknown = sorted(set(changes) - set(field_names()))
+    if unknown:
+        raise UserError(f"no setting {', '.join(unknown)}: the settings are those `python hyperparams.py --help` "
+                        f"lists")
+    hp = Hparams(**{**PRESETS[name], **changes})
+    return validate(hp) if changes else hp
 
 
 def validate(hp):

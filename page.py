@@ -23,7 +23,7 @@ from trained import checkpoints
 from trained.runs import Translator
 
 # The settings page.py reads (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha")
+SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha", "beam_stop")
 
 
 def main(argv=None):

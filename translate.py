@@ -28,7 +28,7 @@ from support.utils import UserError, atomic_write, run_cli
 
 
 # The settings translate.py uses (--help shows these): the rest come from <logdir>/hparams.json.
-SETTINGS = (*hyperparams.DECODING, "eval_tokens_per_batch", "beam_size", "alpha")
+SETTINGS = (*hyperparams.DECODING, "eval_tokens_per_batch", "beam_size", "alpha", "beam_stop")
 
 
 def decode_lines(data, name, first_line=1):

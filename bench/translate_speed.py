@@ -75,6 +75,9 @@ def main(argv=None):
     p.add_argument("--input", required=True, help="a text file, a sentence a line")
     p.add_argument("--beam_sizes", default="1,4", help="the searches to time, comma-separated (1: greedy)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads (default: every core)")
+    p.add_argument("--beam_stop", choices=("bound", "finished"),
+                   help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
+                        "beam_size hypotheses have finished, as 'finished' does)")
     args = p.parse_args(argv)
     try:
         beams = [int(b) for b in args.beam_sizes.split(",") if b.strip()]
@@ -86,11 +89,13 @@ def main(argv=None):
         from trained.runs import Translator
 
         start = time.perf_counter()
-        translator = Translator(args.logdir, compile_cache=cache)
+        given = {} if args.beam_stop is None else dict(beam_stop=args.beam_stop)
+        translator = Translator(args.logdir, compile_cache=cache, **given)
         loaded = time.perf_counter() - start
         print(f"Machine: {machine()}")
         print(f"{args.logdir}: {translator.ckpt}, precision {translator.model.compute_dtype}, loaded in "
-              f"{loaded:.1f} s; {args.input}: {len(lines)} lines")
+              f"{loaded:.1f} s; {args.input}: {len(lines)} lines; beam search ends a sentence as "
+              f"--beam_stop {translator.hp.beam_stop} says")
         rows, summary = [], {}
         for beam in beams:
             timed = []

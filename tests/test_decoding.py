@@ -263,3 +263,25 @@ def test_the_retracing_warning_of_a_decoding_loop_is_filtered_and_no_other(copy_
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
         assert decoding.expected_retracing in tf.get_logger().filters
+
+
+def test_ending_once_k_have_finished_keeps_greedy_and_never_beats_the_exact_rule(copy_model):
+    """With stop "finished" a sentence ends once K hypotheses have ended (CTranslate2's and fairseq's
+    rule): a beam of one still decodes as greedy decoding, and a beam of 4 returns a hypothesis that
+    ends in </s>, scored as the model scores it, whose score over the penalty is never above the
+    exact rule's ("bound"), which goes on from the same steps."""
+    m, batch = copy_model
+    x, _, _ = batch(50)
+    greedy = decoding.greedy_decode(m, x)
+    one = decoding.beam_search(m, x, beam_size=1, alpha=0.0, stop="finished")
+    width = max(greedy.shape[1], one.shape[1])
+    np.testing.assert_array_equal(np.pad(one, ((0, 0), (0, width - one.shape[1]))),
+                                  np.pad(greedy, ((0, 0), (0, width - greedy.shape[1]))))
+    normalized = {}
+    for stop in ("bound", "finished"):
+        ids, scores = decoding.beam_search(m, x, beam_size=4, alpha=1.0, return_scores=True, stop=stop)
+        lengths = (ids != PAD).sum(1)
+        assert (ids[np.arange(len(ids)), lengths - 1] == EOS).all(), stop
+        np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4, err_msg=stop)
+        normalized[stop] = scores / gnmt_penalty(lengths, 1.0)
+    assert (normalized["finished"] <= normalized["bound"] + 1e-5).all()

@@ -13,8 +13,9 @@ from decoding import beam_search, greedy_decode
 from support.utils import UserError
 
 
-def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate"):
-    """Translations of source id sequences, in their order: greedy (cached) or beam search.
+def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate", beam_stop="bound"):
+    """Translations of source id sequences, in their order: greedy (cached) or beam search (ending
+    a sentence as beam_stop says: decoding.beam_step's stop).
 
     Batches are formed by length (every sentence, however long) and put back in order; beam
     search divides the token budget by the beam size.
@@ -28,7 +29,7 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     batches = data_load.eval_batches(lens, max(tokens_per_batch // beam_size, 1), sort=True)
     for idx in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
         x = data_load.encoder_inputs([src_seqs[i] for i in idx], limit=model.maxlen1)
-        ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
+        ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha, stop=beam_stop)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text
     return out
@@ -72,7 +73,7 @@ def split_long(sp, text, max_tokens):
 
 
 def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",
-                    source=None, whole=False, first_line=1):
+                    source=None, whole=False, first_line=1, beam_stop="bound"):
     """Translations of text lines, one per line, in order.
 
     Empty lines give empty lines. A line longer than maxlen1 - 1 tokens (room for </s>) is cut by
@@ -92,7 +93,7 @@ def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, al
                   f"translated in {len(parts)} pieces", file=sys.stderr)
         pieces += parts
         owner += [lineno - first_line] * len(parts)
-    outputs = translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc) if pieces else []
+    outputs = translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc, beam_stop) if pieces else []
     translations = [""] * len(lines)
     for i, text in zip(owner, outputs):
         translations[i] = (translations[i] + " " + text).strip()

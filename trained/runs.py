@@ -80,7 +80,7 @@ class Translator:
             raise UserError(f"beam_size must be at least 1 (got {beam_size})")
         return translate_lines(self.model, self.sp, [data_load.clean(s) for s in sentences], self.hp.maxlen1,
                                self.hp.eval_tokens_per_batch, beam_size, self.hp.alpha if alpha is None else alpha,
-                               source=source, first_line=first_line)
+                               source=source, first_line=first_line, beam_stop=self.hp.beam_stop)
 
 
 def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False, decoder_self=False):
@@ -114,7 +114,8 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
                         f"{model.maxlen1} the model was trained on: give one shorter sentence (translate.py "
                         f"splits long text)")
     x = data_load.encoder_inputs([source_ids], multiple=1)  # (1, T1): the pieces and </s>
-    ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha)
+    ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha,
+                                                                     stop=translator.hp.beam_stop)
     out = [int(i) for i in ids[0] if i != data_load.PAD]  # the output pieces, </s> last
     target_in = np.array([[data_load.BOS] + out[:-1]], np.int32)  # (1, T2): what the decoder saw
     memory, source_mask, encoder_weights = model.encode(x, training=False, return_attention_scores=True)
@@ -134,13 +135,14 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
     return source_pieces, output_pieces, translation, maps
 
 
-def beam_trace(model, sp, source_ids, beam_size, alpha):
+def beam_trace(model, sp, source_ids, beam_size, alpha, stop="bound"):
     """Beam search over one sentence one step at a time, keeping every step's hypotheses: the
     search's own functions (decoding.beam_start, beam_step, beam_result) with the decoder run
     uncached over each open prefix, so that each step can be read off.
 
     Args:
       source_ids: the sentence's piece ids (without </s>).
+      stop: when the search ends (decoding.beam_step's stop).
 
     Returns:
       (tree, finished, hypotheses, ids): tree and finished as support.pictures.draw_beam_tree
@@ -164,7 +166,7 @@ def beam_trace(model, sp, source_ids, beam_size, alpha):
         logits = model.decode(decoder_input, ops.repeat(memory, beam_size, axis=0),
                               ops.repeat(source_mask, beam_size, axis=0), training=False)[:, -1]  # (K, V')
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (K, V')
-        state, parents, _ = decoding.beam_step(model, t, log_probs, 0, max_len, beam_size, alpha, state)
+        state, parents, _ = decoding.beam_step(model, t, log_probs, 0, max_len, beam_size, alpha, state, stop)
         steps.append((ops.convert_to_numpy(state["alive_seqs"])[0, :, :t + 1], ops.convert_to_numpy(parents)[0],
                       ops.convert_to_numpy(state["alive_scores"])[0]))
         if bool(ops.convert_to_numpy(state["done"])[0]):
