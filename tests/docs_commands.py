@@ -11,7 +11,7 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
 - `.venv/bin/python` and `python` are this interpreter (the suite runs in that environment);
 - the user's files are the sample corpus (corpora/sample) under the names a recipe expects:
   data/multi30k in Multi30k's file names, data/iwslt2016 in the IWSLT release's format,
-  my_corpus as en/fr (the sample's German stands in for French), de.txt the sample test sentences;
+  my_corpus as en/fr (the sample's German stands in for French);
   my_ja_en is a Japanese-English corpus written here with thousands of distinct characters;
 - `--download` is dropped: data/<preset> already holds the files (the tests do not use the network);
 - every train.py but the quick start's trains one epoch of a tiny model
@@ -382,7 +382,6 @@ def write_user_files(root):
         write_lines(join(root, "my_ja_en", f"{split}.ja"), japanese(n, seed=len(split)))
         english = sample("train", "en") * 2
         write_lines(join(root, "my_ja_en", f"{split}.en"), english[:n])
-    write_lines(join(root, "de.txt"), sample("test", "de")[:8])
 
 
 if __name__ == "__main__":

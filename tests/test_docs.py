@@ -3,6 +3,7 @@ resolves in this project's source (read with ast, nothing imported), in both lan
 import ast
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -128,3 +129,44 @@ def test_the_readme_is_short_and_in_a_newcomers_order():
     order = ["Quick start", "Learn how it works: the lesson", "Translate, look inside, export", "Recipes", "Results",
              "Speed", "What each choice is worth: ablations", "Tests", "Documents"]
     assert [h for h in headings if h in order] == order, headings
+
+
+def test_the_citation_file_is_valid_and_the_changelogs_commits_exist():
+    import yaml
+
+    with open(os.path.join(ROOT, "CITATION.cff"), encoding="utf-8") as f:
+        citation = yaml.safe_load(f)
+    assert {"cff-version", "message", "title", "authors"} <= set(citation), sorted(citation)
+    assert any("Kyubyong" in str(r.get("repository-code", "")) for r in citation["references"])
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as f:
+        commits = re.findall(r"^\| \d{4}-\d\d-\d\d \| ([0-9a-f]{7,}) \|", f.read(), re.M)
+    assert len(commits) >= 10, commits
+    if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the commits cannot be looked up")
+    missing = [c for c in commits if subprocess.run(["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=ROOT,
+                                                    capture_output=True).returncode != 0]
+    assert not missing, f"CHANGELOG.md names commits this history does not have: {missing}"
+
+
+def test_the_documents_list_every_preset_and_name_readme_sections_that_exist():
+    import hyperparams
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    listed = re.search(r"--preset \{([\w,]+)\}", readme).group(1).split(",")
+    assert sorted(listed) == sorted(hyperparams.PRESETS), listed
+    with open(os.path.join(ROOT, "PORTING.md"), encoding="utf-8") as f:
+        porting = f.read()
+    assert all(f"`{name}`" in porting for name in hyperparams.PRESETS)
+    headings = {h.strip() for h in re.findall(r"^#+ (.+)$", readme, re.M)}
+    cited = []  # README sections cited by name in the code and the tests: each must begin a heading
+    for folder, _, files in os.walk(ROOT):
+        if any(part.startswith(".") for part in os.path.relpath(folder, ROOT).split(os.sep)):
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    cited += re.findall(r"README(?:'s|,) \\?\"([^\"\\]+)\\?\"", f.read())
+    assert cited, "no README section is cited: the pattern no longer matches how the code cites them"
+    missing = sorted({c for c in cited if not any(h.startswith(c) for h in headings)})
+    assert not missing, f"the code cites README sections that do not exist: {missing}"

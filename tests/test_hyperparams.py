@@ -54,7 +54,7 @@ def test_presets_are_valid_and_the_iwslt2016_one_is_the_references_experiment():
     wrong = [f"{field}: {getattr(ref, field)!r}, the reference {value!r} ({where})"
              for field, value, where in REFERENCE_2019 if getattr(ref, field) != value]
     assert not wrong, wrong
-    # the improved preset differs only in the settings README's "Beat the reference" names
+    # the improved preset differs only in the settings README's "IWSLT 2016 on a GPU" names
     improved = hyperparams.preset("iwslt2016_improved")
     changed = {f for f in hyperparams.field_names() if getattr(ref, f) != getattr(improved, f)}
     assert changed == {"logdir", "batch_sentences", "attention_output", "residual_dropout", "layer_norm_epsilon",
@@ -174,3 +174,11 @@ def test_every_option_of_every_script_has_a_description(script):
     assert "(default: None)" not in shown.stdout
     if script in ("eval.py", "translate.py"):  # they decode with the run's saved settings, and say so
         assert "(default: the run's)" in entries["--beam_size"] and "(preset:" not in entries["--beam_size"]
+
+
+def test_a_preset_with_changes_is_the_command_lines():
+    assert hyperparams.preset("sample", norm="pre") == dataclasses.replace(hyperparams.preset("sample"), norm="pre")
+    with pytest.raises(UserError, match="no setting nrm"):
+        hyperparams.preset("sample", nrm="pre")
+    with pytest.raises(UserError, match="--norm 'middle' is not one of"):
+        hyperparams.preset("sample", norm="middle")

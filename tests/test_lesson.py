@@ -60,27 +60,46 @@ def test_the_lesson_runs_and_shows_what_it_says(executed):
     scaled, unscaled = (float(x.split()[0]) for x in shown["scaling"][0].split("mean largest weight: ")[1]
                         .split(" divided, "))
     assert unscaled > scaled + 0.2  # the softmax saturates without the division
-    model_lines = [line for line in shown["scaling"][0].splitlines() if line.startswith("the sample model's")]
-    pattern = r"largest weight ([\d.]+), softmax gradient size ([\d.]+)"
-    (divided, gradient_divided), (undivided, gradient_undivided) = (
-        map(float, re.findall(pattern, line)[0]) for line in model_lines)
-    assert undivided > divided and gradient_undivided < gradient_divided  # what its text says of the model's own
+    # the gradient to a query, measured: with the division about the same at every d_k; without it, at d_k 256,
+    # a share of the queries gets almost none (what its text says), and on the untrained model's first layer
+    # (d_k 16) it is larger without the division
+    pattern = r"d_k +(\d+), (divided by √d_k|not divided) *: mean ([\d.]+), median ([\d.]+), .* \(below 0.001\) +(\d+)%"
+    random = {(int(d), name): (float(mean), float(median), int(share))
+              for d, name, mean, median, share in re.findall(pattern, shown["scaling"][0])}
+    assert len(random) == 6, shown["scaling"][0]
+    assert all(random[d, "divided by √d_k"][2] == 0 for d in (16, 64, 256))
+    assert 20 <= random[256, "not divided"][2] <= 50  # "about a third"
+    assert random[256, "not divided"][1] < random[256, "divided by √d_k"][1] < random[16, "not divided"][1]
+    assert all(random[d, "not divided"][0] > random[d, "divided by √d_k"][0] for d in (16, 64, 256))  # the mean
+    pattern = r"(divided by √d_k|not divided) *: largest weight ([\d.]+), gradient to a query: mean ([\d.]+)"
+    own = {name: (float(w), float(g)) for name, w, g in re.findall(pattern, shown["scaling"][0])}
+    assert own["not divided"][0] > own["divided by √d_k"][0] and own["not divided"][1] > own["divided by √d_k"][1]
     assert "the same tokens: True" in shown["cache"][0]
     greedy = shown["greedy"][0]
     assert greedy.split("greedy:    ")[1].splitlines()[0] == greedy.split("compiled:  ")[1].splitlines()[0]
     beam = shown["beam"][0]
-    returned = beam.split("beam search:  ")[1].split(" (log-probability")[0]
+    returned = beam.split("beam search:  ")[1].splitlines()[0].strip()
     assert returned == beam.split("compiled:     ")[1].splitlines()[0].strip()
     assert beam.split("red path:     ")[1].splitlines()[0].strip() == returned  # the path drawn red is the one returned
     assert beam.count("<- returned") == 1 and shown["beam"][1] == 1
     assert "(the red circles of the right-hand map)" in shown["inside"][0] and shown["inside"][1] == 2
     assert "epoch 30:" in shown["train"][0] and shown["train"][1] == 1
-    assert "--positional none  epoch 15: dev loss" in shown["change"][0]
-    # without positions a permuted source is the same source; with them, some translation changes
+    assert "--positional none  epoch 30: dev loss" in shown["change"][0] and "preset             epoch 30" in shown[
+        "change"][0]  # like with like: the same epochs
+    # without positions a permuted source is the same source: its memory permuted, its translations the same
     order = shown["order"][0]
+    pattern = r"(with positions \(the preset\)|--positional none): .* differs from the original's by at most ([\d.]+)"
+    differs = {name: float(x) for name, x in re.findall(pattern, order)}
+    assert differs["--positional none"] * 20 < differs["with positions (the preset)"], order
     assert "--positional none: 0 of 8 translations change when the words are reversed" in order
     changed = int(re.search(r"with positions \(the preset\): (\d) of 8", order).group(1))
     assert changed >= 1, order
+    for cell, flags in (("exercise-embeddings", "--scale_embeddings 0"), ("exercise-smoothing", "--smoothing 0"),
+                        ("exercise-warmup", "--warmup_steps 10")):
+        printed = shown[cell][0]
+        assert re.search(r"^preset +epoch 1: train loss [\d.]+; epoch 30: .*dev BLEU [\d.]+$", printed, re.M), printed
+        assert re.search(rf"^{re.escape(flags)} +epoch 1: train loss [\d.]+; epoch 30: .*dev BLEU [\d.]+$", printed,
+                         re.M), printed
     smoothing = shown["smoothing"][0]
     assert re.search(r"optimal probability 0\.9\d\d; the loss's floor 0\.\d+", smoothing) and shown["smoothing"][1] == 1
     assert smoothing.count("above 0.99 0.0%") == 2  # none comes near 1, with dropout or without
@@ -147,3 +166,19 @@ def test_the_lessons_text_names_code_that_exists(path):
     assert len(references) >= 10, references
     missing = sorted({r for r in references if not resolves(r)})
     assert not missing, f"{path} names code that does not exist: {missing}"
+
+
+@pytest.mark.parametrize("path", [make_lesson.LESSON, make_lesson.LESSON_ZH])
+def test_every_call_the_lessons_text_suggests_runs(path):
+    import importlib
+
+    nb = make_lesson.read(path)
+    text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    calls = [s for s in re.findall(r"`([^`\n]+)`", text) if re.fullmatch(r"(\w+ = )?\w+(\.\w+)*\(.*\)", s)]
+    assert calls, "the lesson's text suggests no call: this test checks nothing"
+    # the names the lesson's first cell imports
+    namespace = {name: importlib.import_module(module) for name, module in (
+        ("data_load", "data_load"), ("decoding", "decoding"), ("hyperparams", "hyperparams"),
+        ("transformer", "model"), ("modules", "modules"), ("pictures", "support.pictures"), ("runs", "trained.runs"))}
+    for call in calls:
+        exec(call, namespace)  # raises as the learner would see it
