@@ -14,10 +14,9 @@ over its own output with every attention layer returning its weights (runs.atten
 """
 import os
 
-from trained import checkpoints
 import hyperparams
 from support.pictures import draw_attention
-from trained.runs import Translator, attention_maps
+from trained.runs import Translator, attention_maps, run_settings
 from support.utils import UserError, run_cli
 
 # The settings attention.py reads (--help shows these): the rest come from <logdir>/hparams.json.
@@ -35,11 +34,7 @@ def main(argv=None):
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file to draw with (default: the newest in "
                                  "<logdir>/ckpt, or the mean of the newest --average_last)")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
-                                                 from_run=True)
-    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
-    if "prepro_dir" in overrides:  # given: it must hold the run's vocabulary
-        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
+    hp, args = run_settings(__doc__.split("\n\n")[0], argv, add_arguments, SETTINGS)
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UserError(f"{args.output}: its folder {folder} does not exist; create it first")

@@ -17,10 +17,9 @@ Decoding is the run's --beam_size, --alpha and --beam_stop (its preset's; greedy
 """
 import os
 
-from trained import checkpoints
 import data_load
 import hyperparams
-from trained.runs import averaged_count, load_trained
+from trained.runs import averaged_count, load_trained, run_settings
 from support.scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from support.utils import check_writable, run_cli, section
 
@@ -40,11 +39,8 @@ def main(argv=None):
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file to evaluate (default: the newest in <logdir>/ckpt)")
         parser.add_argument("--split", default="test", choices=("dev", "test"), help="the split to translate and score")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
-                                                 show=SETTINGS,
-                                                 from_run=True)
-    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
-    checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)  # the split's ids are read from there
+    # the split's ids are read from its prepro folder: it must hold the run's vocabulary
+    hp, args = run_settings(__doc__.split("\n\n")[0], argv, add_arguments, SETTINGS, reads_prepro=True)
 
     section("Load model")
     model, sp, ckpt = load_trained(hp, args.ckpt, args.preset_given)

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 
 import hyperparams
-from trained.runs import Translator
+from trained.runs import Translator, run_settings
 from trained.serving import export_ctranslate2, export_saved_model
 from support.utils import UserError, run_cli
 
@@ -56,9 +56,7 @@ def main(argv=None):
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file to export (default: the newest in "
                                  "<logdir>/ckpt, or the mean of the newest --average_last)")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
-                                                 from_run=True)
-    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
+    hp, args = run_settings(__doc__.split("\n\n")[0], argv, add_arguments, SETTINGS)
     if args.quantization and args.format != "ctranslate2":
         raise UserError("--quantization is for --format ctranslate2")
     output = os.path.abspath(args.output)

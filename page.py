@@ -19,8 +19,7 @@ import os
 
 import hyperparams
 from support.utils import UserError, optional, run_cli
-from trained import checkpoints
-from trained.runs import Translator
+from trained.runs import Translator, run_settings
 
 # The settings page.py reads (--help shows these): the rest come from <logdir>/hparams.json.
 SETTINGS = (*hyperparams.DECODING, "beam_size", "alpha", "beam_stop")
@@ -38,11 +37,7 @@ def main(argv=None):
         parser.add_argument("--ckpt", metavar="PATH",
                             help="the .keras checkpoint file of the first run (default: the newest in "
                                  "<logdir>/ckpt, or the mean of the newest --average_last)")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments, show=SETTINGS,
-                                                 from_run=True)
-    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
-    if "prepro_dir" in overrides:  # given: it must hold the run's vocabulary
-        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
+    hp, args = run_settings(__doc__.split("\n\n")[0], argv, add_arguments, SETTINGS)
     compare = args.compare or []
     for folder in compare:
         if not os.path.isfile(os.path.join(folder, "hparams.json")):

@@ -21,9 +21,8 @@ import itertools
 import os
 import sys
 
-from trained import checkpoints
 import hyperparams
-from trained.runs import Translator  # noqa: F401  (also `from translate import Translator`, as before)
+from trained.runs import Translator, run_settings  # noqa: F401  (also `from translate import Translator`, as before)
 from support.utils import UserError, atomic_write, run_cli
 
 
@@ -83,12 +82,7 @@ def main(argv=None):
                             help="file of sentences to translate, one per line (default: stdin)")
         parser.add_argument("--output", metavar="PATH",
                             help="file for the translations (default: stdout); its folder must exist")
-    hp, args, overrides = hyperparams.parse_args(__doc__.split("\n\n")[0], argv, add_arguments,
-                                                 show=SETTINGS,
-                                                 from_run=True)
-    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
-    if "prepro_dir" in overrides:  # given: it must hold the run's vocabulary
-        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
+    hp, args = run_settings(__doc__.split("\n\n")[0], argv, add_arguments, SETTINGS)
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise UserError(f"{args.output}: its folder {os.path.dirname(os.path.abspath(args.output))} does not "
                         f"exist; create it first")

@@ -47,6 +47,18 @@ def averaged_count(name):
     return int(found.group(1)) if found else 1
 
 
+def run_settings(description, argv, add_arguments, show, reads_prepro=False):
+    """The command line of a script that uses a trained run (eval.py, translate.py, attention.py,
+    page.py, export.py): (hp, args), hp the run's saved settings with the options given over them
+    (hyperparams.settings_for_logdir). A --prepro_dir given, or any where the script reads its data
+    from it (reads_prepro: eval.py's split), must hold the run's vocabulary."""
+    hp, args, overrides = hyperparams.parse_args(description, argv, add_arguments, show=show, from_run=True)
+    hp = hyperparams.settings_for_logdir(hp, overrides, args.preset_given)
+    if reads_prepro or "prepro_dir" in overrides:
+        checkpoints.check_vocabulary(hp.logdir, hp.prepro_dir)
+    return hp, args
+
+
 class Translator:
     """A trained model, loaded once, that translates lists of sentences (translate.py's Python
     face), with its cleaning, splitting of over-long lines and ordering.
