@@ -1,7 +1,7 @@
 """The page of page.py: a Flask app that translates what is typed into it with one or more trained
 runs and answers with everything the page draws (the translation, the finished hypotheses, the
-beam as a tree, every attention map). The page itself is three static files in trained/web/; all
-it shows is computed here, by the project's own model code.
+beam as a tree, every attention map). The page itself is three static files in trained/web_files/;
+all it shows is computed here, by the project's own model code.
 
 Flask (the optional group `page`) is imported inside make_app, so that page.py's --help and the
 core scripts do not need it.
@@ -16,7 +16,7 @@ from support.utils import UserError
 from trained.lines import split_long
 from trained.runs import attention_maps, beam_trace
 
-STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web_files")
 # The most characters the page takes at once (a paragraph or two: translate.py takes files)
 MAX_CHARACTERS = 5000
 # The beam sizes the page offers (the tree of a larger beam is too tall to read)
