@@ -8,7 +8,9 @@ Reads the settings saved by training from <logdir>/hparams.json, loads the newes
 five), or --ckpt, translates every sentence whole (as the reference did), writes
 <logdir>/results/<split>_<checkpoint>B<sacreBLEU>.txt with source / expected / got for every
 sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<reference's BLEU> in
-the reference's layout (one translation a line, then the multi-bleu.perl line), and prints BLEU
+the reference's layout (one translation a line, then the multi-bleu.perl line), and the figures as a
+record (support/records.py: BLEU, the training's minutes and precision, date, commit, machine) in
+<logdir>/results/<split>_<checkpoint>.json, and prints BLEU
 two ways: sacreBLEU (cased, detokenized, 13a, with its signature) and the reference's way
 (multi-bleu.perl on cased, whitespace-split text = sacreBLEU with tokenize="none", no smoothing),
 and the loss the model trained with over the split's target tokens.
@@ -20,6 +22,8 @@ import os
 import data_load
 import hyperparams
 from trained.runs import averaged_count, load_trained, run_settings
+from support import records
+from support.pictures import read_history, wall_seconds
 from support.scoring import bleu_scores, format_scores, write_hypotheses, write_results
 from support.utils import check_writable, run_cli, section
 
@@ -32,6 +36,19 @@ def decoding_name(beam_size, alpha, beam_stop="bound"):
     if beam_size == 1:
         return "greedy"
     return f"beam {beam_size}, alpha {alpha}" + (", ended once K finished" if beam_stop == "finished" else "")
+
+
+def training_figures(logdir):
+    """What the run's history.jsonl (train.py's) says of its training: epochs, minutes, the
+    precision it trained in, its peak memory and commit where recorded."""
+    history = read_history(os.path.join(logdir, "history.jsonl")) if os.path.exists(
+        os.path.join(logdir, "history.jsonl")) else []
+    if not history:
+        return {}
+    memory = [h["peak_memory_mb"] for h in history if h.get("peak_memory_mb")]
+    return dict(epochs=history[-1]["epoch"], train_minutes=round(wall_seconds(history) / 60, 2),
+                train_precision=history[-1].get("precision"), train_peak_memory_mb=max(memory) if memory else None,
+                train_commit=history[-1].get("commit"))
 
 
 def main(argv=None):
@@ -57,7 +74,8 @@ def main(argv=None):
                                  source=os.path.join(hp.prepro_dir, f"{args.split}.{hp.src_lang}"))
 
     section("Score")
-    import model as transformer  # Keras is loaded by now
+    import keras  # loaded by now
+    import model as transformer
 
     transformer.compile_for_loss(model, hp)
     pairs = data_load.load_split(hp.prepro_dir, args.split)
@@ -71,7 +89,14 @@ def main(argv=None):
     write_results(path, sources, references, hypotheses, text)
     reference_layout = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}B{scores['reference']:.2f}")
     write_hypotheses(reference_layout, hypotheses, scores["reference_report"])
-    print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}")
+    record = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}.json")
+    records.write(record, records.make("bleu", dict(
+        preset=args.preset, split=args.split, sentences=len(hypotheses), checkpoint=name, averaged=averaged,
+        decoding=decoding_name(hp.beam_size, hp.alpha, hp.beam_stop), beam_size=hp.beam_size, alpha=hp.alpha,
+        sacrebleu=round(scores["sacrebleu"], 2), reference_bleu=round(scores["reference"], 2), loss=round(loss, 3),
+        **training_figures(hp.logdir)), keras.mixed_precision.global_policy().name))
+    print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}; "
+          f"the figures to {record}")
     print(f"loss {args.split} {loss:.3f} (the training loss, label smoothing {hp.smoothing:g}, per target token)")
     print(text)
 

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from trained import checkpoints
 import data_load
-from support import devices
+from support import devices, records
 import hyperparams
 from trained.lines import translate_lines
 from support.scoring import bleu_scores, format_scores, write_hypotheses, write_results
@@ -240,6 +240,17 @@ def write_specs(model, logdir):
         f.write("\n".join(lines) + "\n")
 
 
+def peak_memory_mb():
+    """The most memory this process has held so far (its peak resident set), in MB; None where the
+    system does not say (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    return round(peak / (2 ** 20 if sys.platform == "darwin" else 2 ** 10), 1)
+
+
 def write_scalars(logdir, epoch, values, samples=()):
     """Append one JSON line to history.jsonl; TensorBoard scalars for the epoch and, as the
     reference's evaluation did, a few dev translations as text (samples: (source, translation,
@@ -433,7 +444,7 @@ def end_epoch(model, hp, folder, sp, dev, epoch, fitted, started):
         step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
         train_seconds=progress.seconds, fit_seconds=fitted.fit_seconds, eval_seconds=eval_seconds,
         save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds,
-        precision=keras.mixed_precision.global_policy().name),
+        precision=keras.mixed_precision.global_policy().name, peak_memory_mb=peak_memory_mb(), commit=records.commit()),
         samples=list(zip(dev.sources, hypotheses, dev.references))[:3])
     print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
           f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "

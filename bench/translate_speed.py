@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from support import records  # noqa: E402
 from support.utils import UserError, machine, optional, run_cli  # noqa: E402
 
 
@@ -75,6 +76,8 @@ def main(argv=None):
     p.add_argument("--input", required=True, help="a text file, a sentence a line")
     p.add_argument("--beam_sizes", default="1,4", help="the searches to time, comma-separated (1: greedy)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads (default: every core)")
+    p.add_argument("--record", metavar="PATH", help="also write the figures as a record (support/records.py) "
+                                                    "to this JSON file; bench/tables.py draws tables from such files")
     p.add_argument("--beam_stop", choices=("bound", "finished"),
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
@@ -96,7 +99,8 @@ def main(argv=None):
         print(f"{args.logdir}: {translator.ckpt}, precision {translator.model.compute_dtype}, loaded in "
               f"{loaded:.1f} s; {args.input}: {len(lines)} lines; beam search ends a sentence as "
               f"--beam_stop {translator.hp.beam_stop} says")
-        rows, summary = [], {}
+        rows, summary, figures = [], {}, dict(logdir=args.logdir, input=args.input, lines=len(lines),
+                                              beam_stop=translator.hp.beam_stop, threads=args.threads, searches=[])
         for beam in beams:
             timed = []
             for _ in range(2):
@@ -108,6 +112,9 @@ def main(argv=None):
             name = "greedy" if beam == 1 else f"beam {beam}"
             rows.append(f"| {name} | {timed[0]:.2f} | {timed[1]:.2f} | {first:.2f} | {steady:.2f} | "
                         f"{timed[0] / first:.2f} | {timed[1] / steady:.2f} | {alike} of {len(lines)} |")
+            figures["searches"].append(dict(beam_size=beam, ours_first_s=round(timed[0], 2),
+                                            ours_again_s=round(timed[1], 2), ct2_first_s=round(first, 2),
+                                            ct2_again_s=round(steady, 2), lines_alike=alike))
             key = "greedy" if beam == 1 else "beam"
             summary[f"{key}_first_vs_ct2"], summary[f"{key}_steady_vs_ct2"] = timed[0] / first, timed[1] / steady
     finally:
@@ -116,6 +123,9 @@ def main(argv=None):
           "first: ours / CTranslate2 | again: ours / CTranslate2 | lines alike |")
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if args.record:
+        records.write(args.record, records.make("translate_speed", figures, translator.model.compute_dtype))
+        print(f"wrote the figures to {args.record}")
     print("translate_speed " + " ".join(f"{k}={v:.2f}" for k, v in summary.items()))
     return 0
 

@@ -195,12 +195,12 @@ def beam_trace(model, sp, source_ids, beam_size, alpha, stop="bound"):
     for seq, log_p in zip(fin_seqs, fin_scores):  # best first: the search keeps them sorted by score
         if log_p < decoding.NEG_INF / 2:
             continue
-        stop = list(seq).index(data_load.EOS)  # the step that chose </s>
-        parent = None if stop == 0 else next(k for k in range(beam_size)
-                                             if list(steps[stop - 1][0][k]) == list(seq[:stop]))
-        penalty = float(ops.convert_to_numpy(decoding.length_penalty(stop + 1, alpha)))
-        returned = list(seq[:stop + 1]) == best[:end + 1]
-        finished.append((stop, parent, float(log_p), penalty, returned))
-        hypotheses.append(dict(text=sp.decode([int(i) for i in seq[:stop]]), log_prob=float(log_p), penalty=penalty,
+        eos_step = list(seq).index(data_load.EOS)  # the step that chose </s>
+        parent = None if eos_step == 0 else next(k for k in range(beam_size)
+                                                 if list(steps[eos_step - 1][0][k]) == list(seq[:eos_step]))
+        penalty = float(ops.convert_to_numpy(decoding.length_penalty(eos_step + 1, alpha)))
+        returned = list(seq[:eos_step + 1]) == best[:end + 1]
+        finished.append((eos_step, parent, float(log_p), penalty, returned))
+        hypotheses.append(dict(text=sp.decode([int(i) for i in seq[:eos_step]]), log_prob=float(log_p), penalty=penalty,
                                score=float(log_p) / penalty, returned=returned))
     return tree, finished, hypotheses, ids

@@ -1,0 +1,69 @@
+"""What installing the project costs: for each requirement group, the bytes pip downloads and the size
+of the virtual environment it makes, each group installed into a fresh environment with a fresh pip
+cache (both in a temporary folder, deleted after), as setup.sh installs it.
+
+    python bench/footprint.py core dev --record footprint.json
+
+Needs the network (pip fetches the packages); takes minutes per group.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from support import records  # noqa: E402
+from support.utils import UserError, run_cli  # noqa: E402
+
+
+def size_mb(folder):
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(parent, name)
+            if not os.path.islink(path):
+                total += os.path.getsize(path)
+    return round(total / 2 ** 20)
+
+
+def install(group, work):
+    """(MB downloaded, MB installed) of `group` in a fresh environment under work."""
+    venv, cache = os.path.join(work, "venv"), os.path.join(work, "cache")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    env = dict(os.environ, PIP_CACHE_DIR=cache)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True, env=env)
+    before = size_mb(cache)  # pip itself, which setup.sh also fetches, counts apart
+    result = subprocess.run([python, "-m", "pip", "install", "--quiet", "-r", f"requirements/{group}.txt",
+                             "-c", "requirements/lock.txt"], cwd=records.ROOT, env=env)
+    if result.returncode:
+        raise UserError(f"pip could not install requirements/{group}.txt (exit {result.returncode}): see above")
+    return size_mb(cache) - before, size_mb(venv)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("groups", nargs="+", help="requirement groups (requirements/<group>.txt): core, export, jax, "
+                                             "page, dev")
+    p.add_argument("--record", metavar="PATH", help="also write the figures as a record to this JSON file")
+    args = p.parse_args(argv)
+    for group in args.groups:
+        if group == "lock" or not os.path.isfile(os.path.join(records.ROOT, "requirements", f"{group}.txt")):
+            raise UserError(f"no requirement group {group!r}; the groups are requirements/*.txt but lock.txt")
+    rows = []
+    for group in args.groups:
+        with tempfile.TemporaryDirectory(prefix="footprint-") as work:
+            downloaded, installed = install(group, work)
+        rows.append(dict(group=group, download_mb=downloaded, installed_mb=installed))
+        print(f"{group}: {downloaded:,} MB downloaded, {installed:,} MB installed", flush=True)
+    if args.record:
+        python = ".".join(map(str, sys.version_info[:3]))
+        records.write(args.record, records.make("footprint", dict(python=python, groups=rows), "-"))
+        print(f"wrote the figures to {args.record}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

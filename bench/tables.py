@@ -1,0 +1,179 @@
+"""The documents' tables of measured figures, drawn from the records in docs/records/.
+
+    python bench/tables.py                     # redraw every table in README.md, README.zh.md, docs/*.md
+    python bench/tables.py --check             # exit status 1 where a document's table is not its records'
+    python bench/tables.py add log/sample/results/test_E10L2.50B20.00.json   # keep a record, then redraw
+
+A record (support/records.py) is what a script measured, with its date, commit, machine and command:
+eval.py writes one beside its results, bench/translate_speed.py with --record PATH. A document holds
+a table between two lines that name it,
+
+    <!-- table results (drawn by bench/tables.py from docs/records/: do not edit) -->
+    ...
+    <!-- end table results -->
+
+and this script writes what is between them; a table the script does not know stops it.
+"""
+import argparse
+import os
+import re
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from support import records  # noqa: E402
+from support.utils import UserError, run_cli  # noqa: E402
+
+ROOT = records.ROOT
+RECORDS = os.path.join(ROOT, "docs", "records")
+DOCUMENTS = ("README.md", "README.zh.md", "docs/results.md", "docs/speed.md")
+BLOCK = re.compile(r"(<!-- table (\w+) \(drawn by bench/tables.py from docs/records/: do not edit\) -->\n)(.*?)"
+                   r"(<!-- end table \2 -->)", re.S)
+
+WORDS = {  # the tables' words, for the English and the Chinese documents
+    "en": dict(cpu="CPU (2 cores)", bf16="bfloat16 / AMX", trained="trained in", epochs="epochs",
+               minutes="training (min)", decoding="decoding", sacrebleu="test sacreBLEU", ref="test ref. way",
+               preset="preset", split="split", date="date", commit="commit", command="command", yes="yes", no="no",
+               memory="peak memory (MB)", greedy="greedy", beam="beam {k}", search="search",
+               ours_first="ours, first pass (s)", ours_again="ours, again (s)", ct2_first="CTranslate2, first (s)",
+               ct2_again="CTranslate2, again (s)", ratio_first="first: ours / CT2",
+               ratio_again="again: ours / CT2", alike="lines alike", of="of"),
+    "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
+               minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
+               preset="预设", split="数据", date="日期", commit="提交", command="命令", yes="有", no="无",
+               memory="内存峰值（MB）", greedy="贪心", beam="束 {k}", search="搜索",
+               ours_first="本项目，首次（秒）", ours_again="本项目，再次（秒）", ct2_first="CTranslate2，首次（秒）",
+               ct2_again="CTranslate2，再次（秒）", ratio_first="首次：本项目 / CT2",
+               ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/"),
+}
+
+
+def table(header, rows):
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]) + "\n"
+
+
+def flags(record, w):
+    machine = record["machine"]
+    return f"{w['yes'] if machine['bfloat16'] else w['no']} / {w['yes'] if machine['amx'] else w['no']}"
+
+
+def decoding(figures, w):
+    return w["greedy"] if figures["beam_size"] == 1 else w["beam"].format(k=figures["beam_size"])
+
+
+def bleu_records(all_records, preset=None, split="test"):
+    chosen = [r for r in all_records if r["kind"] == "bleu" and r["figures"]["split"] == split
+              and (preset is None or r["figures"]["preset"] == preset)]
+    return sorted(chosen, key=lambda r: (r["figures"]["preset"], r["machine"]["class"],
+                                         r["figures"].get("train_precision") or "", r["figures"]["beam_size"]))
+
+
+def results(all_records, w, full=False):
+    """Test BLEU of every preset's run recorded: a row per run and decoding."""
+    header = [w["preset"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["decoding"],
+              w["sacrebleu"], w["ref"]] + ([w["memory"], w["date"], w["commit"], w["command"]] if full else [])
+    rows = []
+    for r in bleu_records(all_records):
+        f = r["figures"]
+        row = [f["preset"], r["machine"]["class"], flags(r, w), f.get("train_precision", "–"), f.get("epochs", "–"),
+               f"{f['train_minutes']:.1f}" if f.get("train_minutes") is not None else "–", decoding(f, w),
+               f"{f['sacrebleu']:.2f}", f"{f['reference_bleu']:.2f}"]
+        if full:
+            memory = f.get("train_peak_memory_mb")
+            row += [f"{memory:,.0f}" if memory else "–", r["date"], r["commit"], f"`{r['command']}`"]
+        rows.append(row)
+    return table(header, rows)
+
+
+def quickstart(all_records, w):
+    """What the quick start prints at its end, on each CPU class and precision recorded."""
+    rows = [[r["machine"]["class"], flags(r, w), r["figures"].get("train_precision", "–"),
+             f"{r['figures']['train_minutes'] * 60:.0f}", f"{r['figures']['sacrebleu']:.2f}",
+             f"{r['figures']['reference_bleu']:.2f}"]
+            for r in bleu_records(all_records, "sample") if r["figures"]["beam_size"] == 1]
+    seconds = "training (s)" if w is WORDS["en"] else "训练（秒）"
+    return table([w["cpu"], w["bf16"], w["trained"], seconds, w["sacrebleu"], w["ref"]], rows)
+
+
+def translate_speed(all_records, w):
+    """bench/translate_speed.py's rows: the port's first and second pass beside CTranslate2's."""
+    rows = []
+    for r in (r for r in all_records if r["kind"] == "translate_speed"):
+        f = r["figures"]
+        for s in f["searches"]:
+            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            rows.append([name, r["machine"]["class"], flags(r, w), r["precision"], f["lines"], f["beam_stop"],
+                         f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}", f"{s['ct2_first_s']:.2f}",
+                         f"{s['ct2_again_s']:.2f}", f"{s['ours_first_s'] / s['ct2_first_s']:.2f}",
+                         f"{s['ours_again_s'] / s['ct2_again_s']:.2f}", f"{s['lines_alike']} {w['of']} {f['lines']}",
+                         r["date"], r["commit"]])
+    return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["ours_first"],
+                  w["ours_again"], w["ct2_first"], w["ct2_again"], w["ratio_first"], w["ratio_again"], w["alike"],
+                  w["date"], w["commit"]], rows)
+
+
+TABLES = {"quickstart": quickstart, "results": results, "results_full": lambda rs, w: results(rs, w, full=True),
+          "translate_speed": translate_speed}
+
+
+def draw(text, all_records, lang):
+    """The document's text with each table drawn anew from the records."""
+    def replace(match):
+        opening, name, _, closing = match.groups()
+        if name not in TABLES:
+            raise UserError(f"a table named {name!r}: bench/tables.py draws {', '.join(TABLES)}")
+        return opening + TABLES[name](all_records, WORDS[lang]) + closing
+    return BLOCK.sub(replace, text)
+
+
+def drawn(root=ROOT, folder=RECORDS):
+    """{document: (its text, its text with the tables drawn from the records)}."""
+    all_records = records.read_folder(folder)
+    out = {}
+    for document in DOCUMENTS:
+        path = os.path.join(root, document)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            out[document] = text, draw(text, all_records, "zh" if ".zh." in document else "en")
+    return out
+
+
+def add(paths):
+    """Copy records into docs/records/, named by date, kind and their source."""
+    for path in paths:
+        record = records.read(path)
+        source = os.path.splitext(os.path.basename(path))[0]
+        run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+        name = f"{record['date']}-{record['kind']}-{run}-{source}.json"
+        shutil.copyfile(path, os.path.join(RECORDS, name))
+        print(f"kept {path} as docs/records/{name}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="add FILE...: keep records first")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a table differs from its records")
+    p.add_argument("add", nargs="*", metavar="add FILE", help="'add' then record files to keep in docs/records/")
+    args = p.parse_args(argv)
+    if args.add:
+        if args.add[0] != "add" or len(args.add) < 2:
+            p.error("give 'add' then one or more record files")
+        add(args.add[1:])
+    stale = []
+    for document, (text, new) in drawn().items():
+        if new != text:
+            stale.append(document)
+            if not args.check:
+                with open(os.path.join(ROOT, document), "w", encoding="utf-8") as f:
+                    f.write(new)
+    if args.check:
+        print("tables differ from their records in: " + ", ".join(stale) if stale else "every table is its records'")
+        return 1 if stale else 0
+    print(f"redrew the tables of {', '.join(stale)}" if stale else "every table was already its records'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
