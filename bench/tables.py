@@ -38,14 +38,16 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                memory="peak memory (MB)", greedy="greedy", beam="beam {k}", search="search",
                ours_first="ours, first pass (s)", ours_again="ours, again (s)", ct2_first="CTranslate2, first (s)",
                ct2_again="CTranslate2, again (s)", ratio_first="first: ours / CT2",
-               ratio_again="again: ours / CT2", alike="lines alike", of="of"),
+               ratio_again="again: ours / CT2", alike="lines alike", of="of",
+               group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)"),
     "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
                minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
                preset="预设", split="数据", date="日期", commit="提交", command="命令", yes="有", no="无",
                memory="内存峰值（MB）", greedy="贪心", beam="束 {k}", search="搜索",
                ours_first="本项目，首次（秒）", ours_again="本项目，再次（秒）", ct2_first="CTranslate2，首次（秒）",
                ct2_again="CTranslate2，再次（秒）", ratio_first="首次：本项目 / CT2",
-               ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/"),
+               ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/",
+               group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）"),
 }
 
 
@@ -63,19 +65,20 @@ def decoding(figures, w):
     return w["greedy"] if figures["beam_size"] == 1 else w["beam"].format(k=figures["beam_size"])
 
 
-def bleu_records(all_records, preset=None, split="test"):
+def bleu_records(all_records, preset=None, split="test", leave_out=()):
     chosen = [r for r in all_records if r["kind"] == "bleu" and r["figures"]["split"] == split
-              and (preset is None or r["figures"]["preset"] == preset)]
+              and (preset is None or r["figures"]["preset"] == preset) and r["figures"]["preset"] not in leave_out]
     return sorted(chosen, key=lambda r: (r["figures"]["preset"], r["machine"]["class"],
                                          r["figures"].get("train_precision") or "", r["figures"]["beam_size"]))
 
 
 def results(all_records, w, full=False):
-    """Test BLEU of every preset's run recorded: a row per run and decoding."""
+    """Test BLEU of every preset's run recorded (but the quick start's, in the README: its own table
+    there), a row per run and decoding."""
     header = [w["preset"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["decoding"],
               w["sacrebleu"], w["ref"]] + ([w["memory"], w["date"], w["commit"], w["command"]] if full else [])
     rows = []
-    for r in bleu_records(all_records):
+    for r in bleu_records(all_records, leave_out=() if full else ("sample",)):
         f = r["figures"]
         row = [f["preset"], r["machine"]["class"], flags(r, w), f.get("train_precision", "–"), f.get("epochs", "–"),
                f"{f['train_minutes']:.1f}" if f.get("train_minutes") is not None else "–", decoding(f, w),
@@ -85,6 +88,15 @@ def results(all_records, w, full=False):
             row += [f"{memory:,.0f}" if memory else "–", r["date"], r["commit"], f"`{r['command']}`"]
         rows.append(row)
     return table(header, rows)
+
+
+def memory(all_records, w):
+    """train.py's peak memory, from every run whose record has it."""
+    rows = [[r["figures"]["preset"], r["machine"]["class"], r["figures"].get("train_precision", "–"),
+             r["figures"].get("epochs", "–"), f"{r['figures']['train_peak_memory_mb']:,.0f}", r["date"], r["commit"]]
+            for r in all_records if r["kind"] == "bleu" and r["figures"].get("train_peak_memory_mb")]
+    return table([w["preset"], w["cpu"], w["trained"], w["epochs"], w["memory"], w["date"], w["commit"]],
+                 sorted(rows))
 
 
 def quickstart(all_records, w):
@@ -114,8 +126,59 @@ def translate_speed(all_records, w):
                   w["date"], w["commit"]], rows)
 
 
-TABLES = {"quickstart": quickstart, "results": results, "results_full": lambda rs, w: results(rs, w, full=True),
-          "translate_speed": translate_speed}
+def footprint(all_records, w):
+    """bench/footprint.py's rows: what each requirement group downloads and takes on disk."""
+    rows = [[f"`{g['group']}`", f"{g['download_mb']:,}", f"{g['installed_mb']:,}", r["figures"]["python"], r["date"]]
+            for r in all_records if r["kind"] == "footprint" for g in r["figures"]["groups"]]
+    return table([w["group"], w["download"], w["installed"], "Python", w["date"]], rows)
+
+
+TABLES = {"quickstart": quickstart, "footprint": footprint, "memory": memory, "results": results,
+          "results_full": lambda rs, w: results(rs, w, full=True), "translate_speed": translate_speed}
+
+
+# Numbers in the documents that are not measured here, each with what it is
+NOT_MEASURED = {"3.11": "Python's version", "2.21": "TensorFlow's version", "3.15": "Keras' version",
+                "2.0": "the license's version", "1.4": "the preset's length penalty alpha, a setting",
+                "28.06": "the reference's published BLEU on tst2013 (its README)",
+                "23.88": "the reference's published BLEU on tst2014 (its README)",
+                **{n: "a section of the paper" for n in ("3.1", "3.3", "3.4", "3.5", "5.1", "5.2", "5.3", "5.4", "6.1")}}
+# Documents whose figures are drawn from records by other scripts: ablate.py draws docs/ablations.md's
+# table from docs/ablations.json, reference.py curves its curves from docs/reference_curves/ (tests check both)
+DRAWN_ELSEWHERE = ("docs/ablations.md",)
+FIGURE = re.compile(r"(?<![\w.])[-−+]?(\d[\d,]*\.\d+|\d[\d,]*(?= ?(?:(?:s|min|minutes|MB|GB)\b|%|秒|分钟)))(?![\w.])")
+
+
+def figures_of(text):
+    """The measured-looking figures of a text outside its drawn tables: decimals, and numbers with a
+    unit of time, size or share."""
+    return {m.group(1) for m in FIGURE.finditer(BLOCK.sub("", text))}
+
+
+def recorded_figures(all_records, root=ROOT):
+    """Every way the records' figures may be written, and the figures of the documents drawn elsewhere."""
+    found = set()
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.update({f"{value:.2f}", f"{value:.1f}", f"{value:.0f}", f"{value:,.0f}", str(value)})
+    for r in all_records:
+        walk(r["figures"])
+    for document in DRAWN_ELSEWHERE:
+        with open(os.path.join(root, document), encoding="utf-8") as f:
+            found |= {m.group(1) for m in FIGURE.finditer(f.read())}
+    return found
+
+
+def unrecorded(text, all_records, root=ROOT):
+    """The figures of a document that no record has (nor NOT_MEASURED names)."""
+    return sorted(figures_of(text) - recorded_figures(all_records, root) - set(NOT_MEASURED))
 
 
 def draw(text, all_records, lang):
@@ -161,15 +224,21 @@ def main(argv=None):
         if args.add[0] != "add" or len(args.add) < 2:
             p.error("give 'add' then one or more record files")
         add(args.add[1:])
-    stale = []
+    stale, all_records = [], records.read_folder(RECORDS)
     for document, (text, new) in drawn().items():
+        missing = unrecorded(new, all_records)
+        if missing:
+            print(f"{document}: figures no record has: {', '.join(missing)} (draw them in a table from a record, "
+                  "or take them out)")
         if new != text:
             stale.append(document)
             if not args.check:
                 with open(os.path.join(ROOT, document), "w", encoding="utf-8") as f:
                     f.write(new)
+        stale += [document] if missing and args.check else []
     if args.check:
-        print("tables differ from their records in: " + ", ".join(stale) if stale else "every table is its records'")
+        print("tables differ from their records, or figures have none, in: " + ", ".join(sorted(set(stale)))
+              if stale else "every table is its records', and every figure has one")
         return 1 if stale else 0
     print(f"redrew the tables of {', '.join(stale)}" if stale else "every table was already its records'")
     return 0

@@ -60,9 +60,14 @@ def machine_fields():
             "bfloat16": cpu_has_bfloat16(flags), "amx": "amx_bf16" in flags}
 
 
+# Files that change no measured figure: a record's commit is not marked changed by them
+NOT_CODE = (".md", ".ipynb", ".json", ".cff", ".png", ".zh.json")
+NOT_CODE_FOLDERS = ("docs/", "tests/")
+
+
 def commit():
-    """The project's commit (short), with "+changes" where tracked files differ from it; "unknown"
-    outside a git checkout."""
+    """The project's commit (short), with "+changes" where its code (tracked files but documents,
+    pictures and tests) differs from it; "unknown" outside a git checkout."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
     try:
@@ -72,7 +77,9 @@ def commit():
         return "unknown"
     if head.returncode:
         return "unknown"
-    return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
+    paths = [line[3:].split(" -> ")[-1] for line in changed.stdout.splitlines() if line.strip()]
+    code = [p for p in paths if not p.endswith(NOT_CODE) and not p.startswith(NOT_CODE_FOLDERS)]
+    return head.stdout.strip() + ("+changes" if code else "")
 
 
 def command_line(argv=None):

@@ -58,13 +58,16 @@ SKIPPED = {  # a command's first words: why it is not run here
     "bash setup.sh": "installs the environment: .ci/run does it from nothing before the tests",
     "bash test.sh": "the test suite itself (.ci/run runs exactly these commands: checked)",
     "export TF_CONFIG=": "training across two machines needs the two machines",
-    ".venv/bin/python train.py --preset iwslt2016 --logdir /shared/": "the second machine's half of the command "
+    ".venv/bin/python train.py --preset iwslt2016 --logdir /mnt/shared/": "the second machine's half of the command "
                                                                       "before it (TF_CONFIG)",
     ".venv/bin/pip install jupyterlab": "installs from the network (the tests run the lesson without Jupyter's "
                                         "server: tests/test_lesson.py)",
     ".venv/bin/pip install \"tensorflow[and-cuda]": "installs a GPU build from the network, for a machine with a GPU",
     ".venv/bin/pip install \"jax[cuda13]": "installs a GPU build from the network, for a machine with a GPU",
     ".venv/bin/python -m jupyter lab": "opens a browser; tests/test_lesson.py runs every cell of the lesson",
+    "git clone URL": "fetches the repository from the network: the tests run in a checkout of it already",
+    "python bench/tables.py": "writes the repository's own docs/records/ and documents: tests/test_records.py "
+                              "runs the same code on them (--check) and on records of its own",
     ".venv/bin/python page.py": "serves until stopped: tests/test_page.py starts it on the quick start's model, "
                                 "sends it requests and drives it in a headless browser",
 }
