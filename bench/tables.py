@@ -38,7 +38,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                memory="peak memory (MB)", greedy="greedy", beam="beam {k}", search="search",
                ours_first="ours, first pass (s)", ours_again="ours, again (s)", ct2_first="CTranslate2, first (s)",
                ct2_again="CTranslate2, again (s)", ratio_first="first: ours / CT2",
-               ratio_again="again: ours / CT2", alike="lines alike", of="of",
+               ratio_again="again: ours / CT2", alike="lines alike", of="of", record="record",
                group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)"),
     "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
                minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
@@ -46,7 +46,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                memory="内存峰值（MB）", greedy="贪心", beam="束 {k}", search="搜索",
                ours_first="本项目，首次（秒）", ours_again="本项目，再次（秒）", ct2_first="CTranslate2，首次（秒）",
                ct2_again="CTranslate2，再次（秒）", ratio_first="首次：本项目 / CT2",
-               ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/",
+               ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）"),
 }
 
@@ -76,7 +76,8 @@ def results(all_records, w, full=False):
     """Test BLEU of every preset's run recorded (but the quick start's, in the README: its own table
     there), a row per run and decoding."""
     header = [w["preset"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["decoding"],
-              w["sacrebleu"], w["ref"]] + ([w["memory"], w["date"], w["commit"], w["command"]] if full else [])
+              w["sacrebleu"], w["ref"]] + ([w["memory"], w["date"], w["commit"], w["command"], w["record"]]
+                                           if full else [])
     rows = []
     for r in bleu_records(all_records, leave_out=() if full else ("sample",)):
         f = r["figures"]
@@ -85,7 +86,8 @@ def results(all_records, w, full=False):
                f"{f['sacrebleu']:.2f}", f"{f['reference_bleu']:.2f}"]
         if full:
             memory = f.get("train_peak_memory_mb")
-            row += [f"{memory:,.0f}" if memory else "–", r["date"], r["commit"], f"`{r['command']}`"]
+            row += [f"{memory:,.0f}" if memory else "–", r["date"], r["commit"], f"`{r['command']}`",
+                    f"[{w['record']}](records/{r['file']})"]
         rows.append(row)
     return table(header, rows)
 
@@ -120,10 +122,10 @@ def translate_speed(all_records, w):
                          f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}", f"{s['ct2_first_s']:.2f}",
                          f"{s['ct2_again_s']:.2f}", f"{s['ours_first_s'] / s['ct2_first_s']:.2f}",
                          f"{s['ours_again_s'] / s['ct2_again_s']:.2f}", f"{s['lines_alike']} {w['of']} {f['lines']}",
-                         r["date"], r["commit"]])
+                         r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"])
     return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["ours_first"],
                   w["ours_again"], w["ct2_first"], w["ct2_again"], w["ratio_first"], w["ratio_again"], w["alike"],
-                  w["date"], w["commit"]], rows)
+                  w["date"], w["commit"], w["record"]], rows)
 
 
 def footprint(all_records, w):
@@ -142,7 +144,8 @@ NOT_MEASURED = {"3.11": "Python's version", "2.21": "TensorFlow's version", "3.1
                 "2.0": "the license's version", "1.4": "the preset's length penalty alpha, a setting",
                 "28.06": "the reference's published BLEU on tst2013 (its README)",
                 "23.88": "the reference's published BLEU on tst2014 (its README)",
-                **{n: "a section of the paper" for n in ("3.1", "3.3", "3.4", "3.5", "5.1", "5.2", "5.3", "5.4", "6.1")}}
+                **{n: "a section of the paper" for n in ("3.1", "3.3", "3.4", "3.5", "5.1", "5.2", "5.3", "5.4",
+                                                         "6.1")}}
 # Documents whose figures are drawn from records by other scripts: ablate.py draws docs/ablations.md's
 # table from docs/ablations.json, reference.py curves its curves from docs/reference_curves/ (tests check both)
 DRAWN_ELSEWHERE = ("docs/ablations.md",)
