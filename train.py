@@ -18,6 +18,7 @@ epoch and the random state. Started again with the same command, training resume
 checkpoint, as if it had never stopped.
 """
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -240,6 +241,13 @@ def write_specs(model, logdir):
         f.write("\n".join(lines) + "\n")
 
 
+@functools.lru_cache(maxsize=None)
+def code_commit():
+    """The commit of the code this process runs (records.commit), read when training starts: a
+    commit made while it trains is not its code."""
+    return records.commit()
+
+
 def peak_memory_mb():
     """The most memory this process has held so far (its peak resident set), in MB; None where the
     system does not say (Windows)."""
@@ -444,7 +452,7 @@ def end_epoch(model, hp, folder, sp, dev, epoch, fitted, started):
         step=int(keras.ops.convert_to_numpy(model.optimizer.iterations)), skipped_batches=skipped,
         train_seconds=progress.seconds, fit_seconds=fitted.fit_seconds, eval_seconds=eval_seconds,
         save_seconds=save_seconds, elapsed_seconds=time.time() - started, tgt_tokens_per_s=sum(tokens) / seconds,
-        precision=keras.mixed_precision.global_policy().name, peak_memory_mb=peak_memory_mb(), commit=records.commit()),
+        precision=keras.mixed_precision.global_policy().name, peak_memory_mb=peak_memory_mb(), commit=code_commit()),
         samples=list(zip(dev.sources, hypotheses, dev.references))[:3])
     print(f"epoch {epoch + 1}: train loss {train_loss:.3f}, dev loss {dev_loss:.3f}, dev BLEU "
           f"{scores['sacrebleu']:.2f} (reference's way {scores['reference']:.2f}), "
@@ -460,6 +468,7 @@ SETTINGS = ("prepro_dir", "src_lang", "tgt_lang", "model", "training", "devices"
 
 def main(argv=None):
     started = time.time()
+    code_commit()
     hp, _, given = hyperparams.parse_args(
         __doc__.split("\n\n")[0], argv, show=SETTINGS,
         unread="they are prepro.py's: training reads the vocabulary and ids of --prepro_dir; drop them "
