@@ -91,7 +91,8 @@ def main(argv=None):
     write_hypotheses(reference_layout, hypotheses, scores["reference_report"])
     record = os.path.join(hp.logdir, "results", f"{args.split}_{name}{tag}.json")
     records.write(record, records.make("bleu", dict(
-        preset=args.preset, split=args.split, sentences=len(hypotheses), checkpoint=name, averaged=averaged,
+        preset=args.preset_given, logdir=hp.logdir, split=args.split, sentences=len(hypotheses), checkpoint=name,
+        averaged=averaged,
         decoding=decoding_name(hp.beam_size, hp.alpha, hp.beam_stop), beam_size=hp.beam_size, alpha=hp.alpha,
         sacrebleu=round(scores["sacrebleu"], 2), reference_bleu=round(scores["reference"], 2), loss=round(loss, 3),
         **training_figures(hp.logdir)), keras.mixed_precision.global_policy().name))

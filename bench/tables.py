@@ -65,10 +65,15 @@ def decoding(figures, w):
     return w["greedy"] if figures["beam_size"] == 1 else w["beam"].format(k=figures["beam_size"])
 
 
+def run_name(record):
+    """The preset a run was evaluated as (eval.py's --preset), or where --logdir alone was given, its folder."""
+    return record["figures"].get("preset") or record["figures"].get("logdir", "–")
+
+
 def bleu_records(all_records, preset=None, split="test", leave_out=()):
     chosen = [r for r in all_records if r["kind"] == "bleu" and r["figures"]["split"] == split
-              and (preset is None or r["figures"]["preset"] == preset) and r["figures"]["preset"] not in leave_out]
-    return sorted(chosen, key=lambda r: (r["figures"]["preset"], r["machine"]["class"],
+              and (preset is None or r["figures"].get("preset") == preset) and run_name(r) not in leave_out]
+    return sorted(chosen, key=lambda r: (run_name(r), r["machine"]["class"],
                                          r["figures"].get("train_precision") or "", r["figures"]["beam_size"]))
 
 
@@ -81,7 +86,7 @@ def results(all_records, w, full=False):
     rows = []
     for r in bleu_records(all_records, leave_out=() if full else ("sample",)):
         f = r["figures"]
-        row = [f["preset"], r["machine"]["class"], flags(r, w), f.get("train_precision", "–"), f.get("epochs", "–"),
+        row = [run_name(r), r["machine"]["class"], flags(r, w), f.get("train_precision", "–"), f.get("epochs", "–"),
                f"{f['train_minutes']:.1f}" if f.get("train_minutes") is not None else "–", decoding(f, w),
                f"{f['sacrebleu']:.2f}", f"{f['reference_bleu']:.2f}"]
         if full:
@@ -94,7 +99,7 @@ def results(all_records, w, full=False):
 
 def memory(all_records, w):
     """train.py's peak memory, from every run whose record has it."""
-    rows = [[r["figures"]["preset"], r["machine"]["class"], r["figures"].get("train_precision", "–"),
+    rows = [[run_name(r), r["machine"]["class"], r["figures"].get("train_precision", "–"),
              r["figures"].get("epochs", "–"), f"{r['figures']['train_peak_memory_mb']:,.0f}", r["date"], r["commit"]]
             for r in all_records if r["kind"] == "bleu" and r["figures"].get("train_peak_memory_mb")]
     return table([w["preset"], w["cpu"], w["trained"], w["epochs"], w["memory"], w["date"], w["commit"]],
