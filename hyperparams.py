@@ -211,7 +211,7 @@ PRESETS = {
     # Tiny: the built-in demo and the tests, on corpora/sample, a few minutes on a 2-core CPU.
     "sample": {},
     # A small model that trains well on a 2-core CPU (Multi30k task 1, 29k pairs). Its batch budget,
-    # warmup, attention dropout, weight decay and decoding were chosen on val (docs/results.md,
+    # warmup, attention dropout, weight decay and decoding were chosen on val (docs/archive/results-to-2026-12-05.md,
     # "Levers for the multi30k preset"), its 20 epochs with the last five averaged too
     # (docs/ablations.md, the row longer_averaged).
     "multi30k": dict(

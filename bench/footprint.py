@@ -1,19 +1,16 @@
-"""What installing the project costs: for each requirement group, the size of the packages pip fetches
-(over the network, or from local files where a pip configuration points it there) and the size of the
-virtual environment it makes, each group installed into a fresh environment with a fresh pip
-cache (both in a temporary folder, deleted after), as setup.sh installs it.
+"""What installing the project costs: for each requirement group, the size of the packages pip downloads
+and the size of the virtual environment it makes, each group installed into a fresh environment (in a
+temporary folder, deleted after) at requirements/lock.txt's versions, as setup.sh installs it.
 
     python bench/footprint.py core dev --record footprint.json
 
 Needs the network (pip fetches the packages); takes minutes per group.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,25 +29,19 @@ def size_mb(folder):
 
 
 def install(group, work):
-    """(MB downloaded, MB installed) of `group` in a fresh environment under work."""
-    venv, cache = os.path.join(work, "venv"), os.path.join(work, "cache")
+    """(MB downloaded, MB installed) of `group`: pip downloads its packages (the files a fresh
+    install fetches, counted on disk), then installs them from there into a fresh environment."""
+    venv, wheels = os.path.join(work, "venv"), os.path.join(work, "wheels")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     python = os.path.join(venv, "bin", "python")
-    env = dict(os.environ, PIP_CACHE_DIR=cache)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True, env=env)
-    before = size_mb(cache)  # pip itself, which setup.sh also fetches, counts apart
-    report = os.path.join(work, "report.json")
-    result = subprocess.run([python, "-m", "pip", "install", "--quiet", "--report", report, "-r",
-                             f"requirements/{group}.txt", "-c", "requirements/lock.txt"], cwd=records.ROOT, env=env)
-    if result.returncode:
-        raise UserError(f"pip could not install requirements/{group}.txt (exit {result.returncode}): see above")
-    with open(report, encoding="utf-8") as f:
-        urls = [item["download_info"]["url"] for item in json.load(f)["install"]]
-    # packages fetched over the network land in the fresh cache; those a pip configuration serves from
-    # local files (a mirror, a wheelhouse) are counted by their files' sizes
-    local = sum(os.path.getsize(urllib.parse.unquote(urllib.parse.urlparse(u).path)) for u in urls
-                if u.startswith("file://") and os.path.isfile(urllib.parse.unquote(urllib.parse.urlparse(u).path)))
-    return size_mb(cache) - before + round(local / 2 ** 20), size_mb(venv)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
+    requirements = ["-r", f"requirements/{group}.txt", "-c", "requirements/lock.txt"]
+    steps = (["download", "--quiet", "--dest", wheels], ["install", "--quiet", "--no-index", "--find-links", wheels])
+    for step in steps:
+        result = subprocess.run([python, "-m", "pip", *step, *requirements], cwd=records.ROOT)
+        if result.returncode:
+            raise UserError(f"pip {step[0]} of requirements/{group}.txt failed (exit {result.returncode}): see above")
+    return size_mb(wheels), size_mb(venv)
 
 
 def main(argv=None):

@@ -217,8 +217,10 @@ def add(paths):
     for path in paths:
         record = records.read(path)
         source = os.path.splitext(os.path.basename(path))[0]
-        run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(path))))
-        name = f"{record['date']}-{record['kind']}-{run}-{source}.json"
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(folder) == "results":  # eval.py's: <logdir>/results/<split>_<checkpoint>.json
+            source = f"{os.path.basename(os.path.dirname(folder))}-{source}"
+        name = f"{record['date']}-{record['kind']}-{source}.json"
         shutil.copyfile(path, os.path.join(RECORDS, name))
         print(f"kept {path} as docs/records/{name}")
 

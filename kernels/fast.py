@@ -6,7 +6,8 @@ primitive it replaces; tests/test_fast.py checks each against it, at default and
 --kernels (auto, plain, fast, or a list of the names below) chooses them when a model is built:
 `choose` resolves it once into a Choice: the modules.Parts the model hands to its layers, whose
 own `call` runs either way, the optimizer model.compile_model builds, and the cache layout
-decoding.beam_loop uses. docs/speed.md gives each one's measured gain.
+decoding.beam_loop uses. docs/archive/speed-to-2026-12-05.md gives each one's measured gain
+("What each of fast.py's kernels gains").
 
   feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
   dropout                 one random 32-bit integer per two elements (TensorFlow)
@@ -216,8 +217,8 @@ def choose(kernels):
 
 def chosen(kernels):
     """The kernels a --kernels value names on this backend, a frozenset of KERNELS. kernels:
-    auto (every kernel on TensorFlow, where each was measured faster, docs/speed.md; none
-    elsewhere), plain (none), fast (every one), or a comma-separated list (the benchmarks measure
+    auto (every kernel on TensorFlow, where each was measured faster, docs/archive/speed-to-2026-12-05.md;
+    none elsewhere), plain (none), fast (every one), or a comma-separated list (the benchmarks measure
     them one by one)."""
     tensorflow = keras.backend.backend() == "tensorflow"
     if kernels == "plain" or (kernels == "auto" and not tensorflow):

@@ -35,8 +35,9 @@ def test_the_readmes_tables_and_the_results_pages_have_each_kind_of_record():
 
 
 def test_a_figure_without_a_record_is_found():
-    record = records.make("bleu", dict(preset="sample", split="test", beam_size=1, sacrebleu=57.88,
-                                       reference_bleu=54.14, train_minutes=0.5), "float32", command="eval.py")
+    record = dict(records.make("bleu", dict(preset="sample", split="test", beam_size=1, sacrebleu=57.88,
+                                            reference_bleu=54.14, train_minutes=0.5), "float32", command="eval.py"),
+                  file="r.json")
     text = "It scores 57.88 and trains in 0.5 minutes. It took 12.3456 minutes, 4141 MB and 9797% more; Python 3.11.\n"
     assert tables.unrecorded(text, [record]) == ["12.3456", "4141", "9797"]
     drawn_table = tables.draw("<!-- table results_full (drawn by bench/tables.py from docs/records/: do not edit) "
@@ -77,3 +78,15 @@ AMD = {"vendor_id": "AuthenticAMD", "model name": "AMD EPYC"}
 ])
 def test_the_cpu_class(info, name):
     assert records.cpu_class(info) == name
+
+
+def test_add_keeps_an_eval_record_under_its_runs_name(tmp_path, monkeypatch):
+    results = tmp_path / "log" / "myrun" / "results"
+    results.mkdir(parents=True)
+    records.write(str(results / "test_E01.json"), records.make("bleu", {"sacrebleu": 1.0}, "float32", "eval.py"))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    monkeypatch.setattr(tables, "RECORDS", str(kept))
+    tables.add([str(results / "test_E01.json")])
+    (name,) = os.listdir(kept)
+    assert name.endswith("-bleu-myrun-test_E01.json") and records.read(str(kept / name))["figures"]["sacrebleu"] == 1.0
