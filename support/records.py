@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from support.utils import UserError, atomic_write, cpu_flags, cpu_has_bfloat16
+from support.utils import CPUINFO, UserError, atomic_write, cpu_flags, cpu_has_bfloat16
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +30,7 @@ def cpuinfo():
     """The first processor's fields of /proc/cpuinfo ({} where there is none: not Linux)."""
     fields = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(os.environ.get(CPUINFO, "/proc/cpuinfo")) as f:
             for line in f:
                 if not line.strip():
                     break

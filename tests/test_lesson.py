@@ -2,6 +2,8 @@
 shows what its text says it shows, defines none of the project's layers or functions again, and its
 stored outputs and Chinese text are not older than the code and the English text."""
 import ast
+import glob
+import json
 import os
 import re
 import subprocess
@@ -10,6 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from support.utils import CPUINFO
 from test_docs import CODE, MODULES, resolves
 
 nbformat = pytest.importorskip("nbformat")
@@ -33,19 +36,48 @@ def texts(cell):
     return "".join(printed), pictures
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """The lesson, run in a copy of the repository's tracked files (it writes prepro/ and log/)."""
+class Executed(dict):
+    """The lesson's cells by id, with the CPU it ran as and the precisions its trainings ran in."""
+
+
+@pytest.fixture(scope="module", params=["this CPU", "a CPU without bfloat16"])
+def executed(request, tmp_path_factory):
+    """The lesson, run in a copy of the repository's tracked files (it writes prepro/ and log/): as
+    this machine runs it, and as a CPU without bfloat16 instructions would (its description, read
+    in place of /proc/cpuinfo, lists none: every training runs in float32)."""
     copy = make_lesson.fresh_copy(str(tmp_path_factory.mktemp("lesson")))
     nb = make_lesson.read(os.path.join(copy, "lesson.ipynb"))
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
-    return {cell.id: cell for cell in make_lesson.execute(nb, copy).cells}
+    before = os.environ.get(CPUINFO)
+    if request.param == "a CPU without bfloat16":
+        cpuinfo = os.path.join(copy, "cpuinfo-without-bfloat16")
+        with open(cpuinfo, "w") as f:
+            f.write("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: a CPU without bfloat16\n"
+                    "flags\t\t: fpu sse sse2 avx avx2 fma avx512f\n")
+        os.environ[CPUINFO] = cpuinfo  # the kernel the lesson runs in inherits it
+    try:
+        cells = Executed((cell.id, cell) for cell in make_lesson.execute(nb, copy).cells)
+        cells.cpu = request.param
+        cells.precisions = {json.loads(line)["precision"] for history in glob.glob(os.path.join(copy, "log", "**",
+                                                                                                 "history.jsonl"),
+                                                                                   recursive=True)
+                            for line in open(history, encoding="utf-8") if line.strip()}
+        return cells
+    finally:
+        if before is None:
+            os.environ.pop(CPUINFO, None)
+        else:
+            os.environ[CPUINFO] = before
 
 
 @pytest.mark.slow
 def test_the_lesson_runs_and_shows_what_it_says(executed):
+    from support.utils import cpu_has_bfloat16
+
+    bfloat16 = executed.cpu == "this CPU" and cpu_has_bfloat16()
+    assert executed.precisions == {"mixed_bfloat16" if bfloat16 else "float32"}, executed.precisions
     shown = {name: texts(cell) for name, cell in executed.items() if cell.cell_type == "code"}
     assert sum(pictures for _, pictures in shown.values()) >= 12
     assert shown["overview"][1] == 1  # the architecture, drawn from the model
