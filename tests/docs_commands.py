@@ -25,7 +25,7 @@ What changes before a command runs (SUBSTITUTIONS, each written down where it is
   TensorFlow's decoding loops and every step on JAX is most of that time.
 
 What is not run, and why, one command at a time: SKIPPED (by the command's first words), blocks
-under an "Archive" heading (the code of their own commit, which is the rule that heading states),
+under an "Archive" heading or on the pages of dated entries (ARCHIVES: the code of their own commit),
 blocks tagged as text rather than bash or python (a listing), and the commands written inline in
 the prose (`python ...` in backticks): those that equal a fenced command run with it, the others
 are listed in INLINE_NOT_RUN with the reason. `python tests/docs_commands.py` prints every command
@@ -42,7 +42,11 @@ from conftest import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", "PORTING.md", *sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
-                                  if n.endswith(".md"))]
+                                                 if n.endswith(".md")),
+             *sorted(os.path.join("docs", "archive", n) for n in os.listdir(os.path.join(ROOT, "docs", "archive"))
+                     if n.endswith(".md"))]
+# Pages of dated entries, each run with the code of its own commit: none of their commands runs here
+ARCHIVES = ("docs/archive/*", "docs/reference_study.md")
 LANGUAGES = {"bash": "shell", "sh": "shell", "shell": "shell", "console": "shell", "python": "python"}
 TEXT_TAGS = {"text": "a listing (files, output), not commands"}
 TINY_MODEL = ["--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2"]
@@ -76,6 +80,8 @@ SKIPPED = {  # a command's first words: why it is not run here
 FIGURE = ("the command of a recorded figure, at full size (minutes to hours); the fenced blocks run its scripts "
           "at test size, and tests/test_docs_options.py checks its options exist")
 INLINE_NOT_RUN = [
+    *((archive, r".*", "an archived entry's command: it ran with the code of its own commit, which the entry names")
+      for archive in ARCHIVES),
     ("docs/results.md", r".*", FIGURE),
     ("docs/speed.md", r".*", FIGURE),
     ("docs/ablations.md", r"python ablate.py --preset multi30k( --report)?( --output docs/ablations.md)?"
@@ -95,9 +101,6 @@ INLINE_NOT_RUN = [
     ("README.md", r"\.venv/bin/python tests/docs_commands\.py$",
      "prints this list; tests/test_docs_commands.py checks the same list accounts for every command"),
     ("*", r"\w+\.py --\w+$", "an option of a script named in a sentence, not a command line"),
-    ("README.md", r"python -m lesson\.make$",
-     "rewrites the stored lesson; tests/test_lesson.py runs every cell of it in a fresh copy, as this command "
-     "does, and checks the stored outputs are not older than the code"),
 ]
 QUICK_START = ("README.md", "Quick start")  # the block the other tests take their trained model from
 
@@ -128,8 +131,8 @@ class Block:
 
     def command_skipped(self, command):
         """Why this one command of the block is not run, or None."""
-        if "Archive" in self.heading:
-            return "under an Archive heading: the code of its own commit"
+        if "Archive" in self.heading or any(fnmatch.fnmatch(self.document, a) for a in ARCHIVES):
+            return "an archived entry (under an Archive heading, or on a page of them): the code of its own commit"
         if self.language == "shell":
             for start, why in SKIPPED.items():
                 if command.startswith(start):
