@@ -103,7 +103,7 @@ def memory(all_records, w):
              r["figures"].get("epochs", "–"), f"{r['figures']['train_peak_memory_mb']:,.0f}", r["date"], r["commit"]]
             for r in all_records if r["kind"] == "bleu" and r["figures"].get("train_peak_memory_mb")]
     return table([w["preset"], w["cpu"], w["trained"], w["epochs"], w["memory"], w["date"], w["commit"]],
-                 sorted(rows))
+                 sorted(set(map(tuple, rows))))  # a run evaluated twice (greedy, beam) is one row
 
 
 def quickstart(all_records, w):
