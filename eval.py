@@ -96,8 +96,8 @@ def main(argv=None):
         decoding=decoding_name(hp.beam_size, hp.alpha, hp.beam_stop), beam_size=hp.beam_size, alpha=hp.alpha,
         sacrebleu=round(scores["sacrebleu"], 2), reference_bleu=round(scores["reference"], 2), loss=round(loss, 3),
         **training_figures(hp.logdir)), keras.mixed_precision.global_policy().name))
-    print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}; "
-          f"the figures to {record}")
+    print(f"wrote {len(hypotheses)} translations to {path} and, in the reference's layout, {reference_layout}")
+    print(f"wrote the figures as a record to {record}")
     print(f"loss {args.split} {loss:.3f} (the training loss, label smoothing {hp.smoothing:g}, per target token)")
     print(text)
 

@@ -169,7 +169,8 @@ def test_a_linear_decay_run_of_the_sample_preset_is_evaluated(tmp_path):
         scored = run_script("eval.py", "--logdir", logdir, "--beam_size", beam)
         assert scored.returncode == 0, scored.stderr[-3000:]
         assert "loss test" in scored.stdout and "BLEU test sacreBLEU" in scored.stdout
-    assert len(os.listdir(logdir / "results")) == 4
+    kept = os.listdir(logdir / "results")  # per evaluation: the translations two ways, and the record
+    assert len(kept) == 6 and sum(name.endswith(".json") for name in kept) == 2, kept
 
 
 @pytest.mark.slow
