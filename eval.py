@@ -41,8 +41,8 @@ def decoding_name(beam_size, alpha, beam_stop="bound"):
 def training_figures(logdir):
     """What the run's history.jsonl (train.py's) says of its training: epochs, minutes, the
     precision it trained in, its peak memory and commit where recorded."""
-    history = read_history(os.path.join(logdir, "history.jsonl")) if os.path.exists(
-        os.path.join(logdir, "history.jsonl")) else []
+    path = os.path.join(logdir, "history.jsonl")
+    history = read_history(path) if os.path.exists(path) else []
     if not history:
         return {}
     memory = [h["peak_memory_mb"] for h in history if h.get("peak_memory_mb")]

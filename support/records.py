@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from support.utils import CPUINFO, UserError, atomic_write, cpu_flags, cpu_has_bfloat16
+from support.utils import UserError, atomic_write, cpu_has_bfloat16, cpuinfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,21 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AMD_CORES = ((23, range(0x00, 0x30), "Zen"), (23, range(0x30, 0x100), "Zen 2"), (25, range(0x00, 0x10), "Zen 3"),
              (25, range(0x20, 0x60), "Zen 3"), (25, range(0x10, 0x20), "Zen 4"), (25, range(0x60, 0x100), "Zen 4"),
              (26, range(0x00, 0x100), "Zen 5"))
-
-
-def cpuinfo():
-    """The first processor's fields of /proc/cpuinfo ({} where there is none: not Linux)."""
-    fields = {}
-    try:
-        with open(os.environ.get(CPUINFO, "/proc/cpuinfo")) as f:
-            for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
 
 
 def cpu_class(info):
@@ -55,7 +40,8 @@ def cpu_class(info):
 
 def machine_fields():
     """The machine a figure was measured on: CPU, its class, cores, bfloat16 instructions and AMX."""
-    info, flags = cpuinfo(), cpu_flags()
+    info = cpuinfo()
+    flags = set(info.get("flags", "").split())
     return {"cpu": info.get("model name", "unknown CPU"), "class": cpu_class(info), "cores": os.cpu_count(),
             "bfloat16": cpu_has_bfloat16(flags), "amx": "amx_bf16" in flags}
 

@@ -69,17 +69,25 @@ def quiet_half_precision():
 CPUINFO = "TRANSFORMER_CPUINFO"
 
 
-def cpu_flags(path=None):
-    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere)."""
-    path = path or os.environ.get(CPUINFO, "/proc/cpuinfo")
+def cpuinfo(path=None):
+    """The first processor's fields of /proc/cpuinfo, or of the file CPUINFO names ({} where there is
+    none: not Linux). path: read this file instead."""
+    fields = {}
     try:
-        with open(path) as f:
+        with open(path or os.environ.get(CPUINFO, "/proc/cpuinfo")) as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return set()
+    return fields
+
+
+def cpu_flags(path=None):
+    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere)."""
+    return set(cpuinfo(path).get("flags", "").split())
 
 
 BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
@@ -93,18 +101,8 @@ def cpu_has_bfloat16(flags=None):
 def machine():
     """The CPU's name and family, its cores, and whether it has bfloat16 instructions and AMX: the
     line every measured figure names its machine by."""
-    name = family = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and name == "?":
-                    name = value.strip()
-                if key.strip() == "cpu family" and family == "?":
-                    family = value.strip()
-    except OSError:
-        pass
-    flags = cpu_flags()
+    info = cpuinfo()
+    name, family, flags = info.get("model name", "?"), info.get("cpu family", "?"), set(info.get("flags", "").split())
     bf16 = "with" if cpu_has_bfloat16(flags) else "without"
     amx = "with" if "amx_bf16" in flags else "without"
     return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions, {amx} AMX)"

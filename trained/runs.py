@@ -95,13 +95,13 @@ class Translator:
                                source=source, first_line=first_line, beam_stop=self.hp.beam_stop)
 
 
-def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False, decoder_self=False):
+def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False, decoder_self=False, ids=None):
     """Translate sentence and the attention weights that produced it, decoding as the translator's
     settings say (beam_size, alpha: otherwise).
 
-    The output is decoded first; then the model runs once over it (teacher forcing, what the
-    decoder saw while decoding) and its layers return their attention weights
-    (return_attention_scores).
+    The output is decoded first (unless ids, (1, L), gives it: page.py passes beam_trace's, decoded
+    already); then the model runs once over it (teacher forcing, what the decoder saw while
+    decoding) and its layers return their attention weights (return_attention_scores).
 
     Returns:
       (source pieces, output pieces (</s> included), translation, maps): maps a list of
@@ -126,8 +126,9 @@ def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=Fal
                         f"{model.maxlen1} the model was trained on: give one shorter sentence (translate.py "
                         f"splits long text)")
     x = data_load.encoder_inputs([source_ids], multiple=1)  # (1, T1): the pieces and </s>
-    ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha,
-                                                                     stop=translator.hp.beam_stop)
+    if ids is None:
+        ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha,
+                                                                         stop=translator.hp.beam_stop)
     out = [int(i) for i in ids[0] if i != data_load.PAD]  # the output pieces, </s> last
     target_in = np.array([[data_load.BOS] + out[:-1]], np.int32)  # (1, T2): what the decoder saw
     memory, source_mask, encoder_weights = model.encode(x, training=False, return_attention_scores=True)

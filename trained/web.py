@@ -85,12 +85,12 @@ def look(translator, text, beam_size, alpha):
                      f"translated in {len(parts)} parts, as translate.py does; the pictures show the first part")
     shown = sp.decode(parts[0])
     with tempfile.TemporaryDirectory() as folder:  # the tree is drawn by the project's own picture code
-        tree, finished, hypotheses, _ = beam_trace(translator.model, sp, parts[0], beam_size, alpha,
+        tree, finished, hypotheses, ids = beam_trace(translator.model, sp, parts[0], beam_size, alpha,
                                                    translator.hp.beam_stop)
         with open(draw_beam_tree(tree, finished, os.path.join(folder, "beam.png")), "rb") as f:
             png = base64.b64encode(f.read()).decode("ascii")
     source_pieces, output_pieces, _, maps = attention_maps(translator, shown, beam_size, alpha, encoder=True,
-                                                           decoder_self=True)
+                                                           decoder_self=True, ids=ids)  # the tree's output
     layers = len(maps) // 3
     kinds = ["cross"] * layers + ["encoder"] * layers + ["decoder"] * layers  # attention_maps' order
     return dict(
