@@ -7,8 +7,12 @@ beam search; the ratio of the times on each row.
     python bench/translate_speed.py --logdir log/multi30k --input prepro/multi30k/test.de
 
 The port's first pass starts with an empty compilation cache (a fresh folder, deleted after), as a
-user's first translate.py on a machine does; its model is loaded before the clock starts, as is
-CTranslate2's conversion. CTranslate2 decodes the pieces of each line (the port's sentencepiece
+user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
+as train.py and eval.py left it (the programs compiled for dev serve the file's batches of the same
+shapes: data_load.decode_batches); its model is loaded before the clock starts, as is CTranslate2's
+conversion. The batches' shapes and their padding are printed for each search.
+
+CTranslate2 decodes the pieces of each line (the port's sentencepiece
 model), in batches of the run's --eval_tokens_per_batch tokens, with --threads threads, up to 256
 tokens; its beam search scores length by length^alpha (the port's: GNMT's ((5 + length) / 6)^alpha),
 so beam outputs may differ where greedy ones agree. The share of lines the two translate alike is
@@ -70,6 +74,34 @@ def ctranslate2_passes(translator, lines, beam_size, threads):
     return times[0], times[1], outputs
 
 
+def run_cache(logdir):
+    """The folder of the run's compilation cache (support.utils.compile_cache), which must exist."""
+    import dataclasses
+
+    import hyperparams
+    from support.utils import compile_cache
+
+    folder = compile_cache(dataclasses.replace(hyperparams.load_hparams(logdir), logdir=logdir))
+    if not folder or not os.path.isdir(folder):
+        raise UserError(f"--cache run: {logdir} has no compilation cache ({folder}): train and evaluate it on this "
+                        f"machine first, or leave --cache empty")
+    return folder
+
+
+def shapes_line(translator, lines, beam_size):
+    """How translate.py batches these lines for this search: batches, distinct shapes, padding."""
+    import data_load
+    from trained.lines import split_long
+
+    sp, hp = translator.sp, translator.hp
+    lens = [len(ids) + 1 for line in lines if line.strip()
+            for ids in split_long(sp, data_load.clean(line.strip()), hp.maxlen1 - 1)]
+    batches = data_load.decode_batches(lens, max(hp.eval_tokens_per_batch // beam_size, 1), limit=hp.maxlen1)
+    padded = sum(rows * t1 for _, (rows, t1) in batches)
+    return (f"{len(batches)} batches in {len({shape for _, shape in batches})} shapes (rows x source length), "
+            f"{1 - sum(lens) / padded:.0%} of their source tokens padding")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--logdir", required=True, help="a trained run's folder (train.py's --logdir)")
@@ -78,6 +110,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads (default: every core)")
     p.add_argument("--record", metavar="PATH", help="also write the figures as a record (support/records.py) "
                                                     "to this JSON file; bench/tables.py draws tables from such files")
+    p.add_argument("--cache", choices=("empty", "run"), default="empty",
+                   help="the compilation cache the port's first pass starts from: empty (default: as on a machine "
+                        "that never compiled them), or a copy of the run's own (as train.py and eval.py left it)")
     p.add_argument("--beam_stop", choices=("bound", "finished"),
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
@@ -89,6 +124,8 @@ def main(argv=None):
     lines = read_lines(args.input)
     cache = tempfile.mkdtemp(prefix="compile-cache-")  # empty: the first pass compiles
     try:
+        if args.cache == "run":
+            shutil.copytree(run_cache(args.logdir), cache, dirs_exist_ok=True)
         from trained.runs import Translator
 
         start = time.perf_counter()
@@ -100,8 +137,10 @@ def main(argv=None):
               f"{loaded:.1f} s; {args.input}: {len(lines)} lines; beam search ends a sentence as "
               f"--beam_stop {translator.hp.beam_stop} says")
         rows, summary, figures = [], {}, dict(logdir=args.logdir, input=args.input, lines=len(lines),
-                                              beam_stop=translator.hp.beam_stop, threads=args.threads, searches=[])
+                                              beam_stop=translator.hp.beam_stop, threads=args.threads,
+                                              cache=args.cache, searches=[])
         for beam in beams:
+            print(f"{'greedy' if beam == 1 else f'beam {beam}'}: {shapes_line(translator, lines, beam)}")
             timed = []
             for _ in range(2):
                 start = time.perf_counter()

@@ -1,6 +1,7 @@
 """The benchmarks run, print their summary lines, and measure what they say."""
 import os
 import re
+import shutil
 
 import pytest
 
@@ -169,9 +170,19 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
     rows = [line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| greedy") or
             line.startswith("| beam 2")]
     assert len(rows) == 2 and rows[0][-1] == "12 of 12 |", run.stdout
+    assert re.search(r"^greedy: \d+ batches in \d+ shapes \(rows x source length\), \d+% of their source tokens "
+                     r"padding$", run.stdout, re.M), run.stdout
     for row in rows:  # seconds and ratios (of the unrounded seconds), which may round to 0.00
         assert all(float(cell) >= 0 for cell in row[1:7]), row
     assert re.fullmatch(r"translate_speed greedy_first_vs_ct2=[\d.]+ greedy_steady_vs_ct2=[\d.]+ "
                         r"beam_first_vs_ct2=[\d.]+ beam_steady_vs_ct2=[\d.]+", run.stdout.strip().splitlines()[-1])
     bad = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(tmp_path / "none"))
     assert bad.returncode == 2 and "--input" in bad.stderr and "cannot be read" in bad.stderr
+    # from a copy of the run's own compilation cache (the quick start's, beside its run), and without one
+    cached = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
+                        "--beam_sizes", "1", "--cache", "run")
+    assert cached.returncode == 0 and (quick_start.log.parent / "compile_cache").is_dir(), cached.stderr[-2000:]
+    alone = tmp_path / "alone" / "sample"
+    shutil.copytree(quick_start.log, alone)
+    none = run_script("bench/translate_speed.py", "--logdir", str(alone), "--input", str(source), "--cache", "run")
+    assert none.returncode == 2 and "no compilation cache" in none.stderr, none.stderr[-2000:]
