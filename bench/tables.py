@@ -40,6 +40,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ct2_again="CTranslate2, again (s)", ratio_first="first: ours / CT2",
                ratio_again="again: ours / CT2", alike="lines alike", of="of", record="record",
                cache="first pass's compile cache", cache_empty="empty", cache_run="the run's",
+               batches="batches", shapes="shapes", padding="source padding",
+               row_steps="rows x steps per token written",
                group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)"),
     "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
                minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
@@ -49,6 +51,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ct2_again="CTranslate2，再次（秒）", ratio_first="首次：本项目 / CT2",
                ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                cache="首次的编译缓存", cache_empty="空", cache_run="该次训练的",
+               batches="批数", shapes="形状数", padding="源端填充", row_steps="每个输出词元的行 × 步数",
                group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）"),
 }
 
@@ -126,13 +129,28 @@ def translate_speed(all_records, w):
         for s in f["searches"]:
             name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
             rows.append([name, r["machine"]["class"], flags(r, w), r["precision"], f["lines"], f["beam_stop"],
-                         w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}", f"{s['ct2_first_s']:.2f}",
+                         w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}",
+                         f"{s['ct2_first_s']:.2f}",
                          f"{s['ct2_again_s']:.2f}", f"{s['ours_first_s'] / s['ct2_first_s']:.2f}",
                          f"{s['ours_again_s'] / s['ct2_again_s']:.2f}", f"{s['lines_alike']} {w['of']} {f['lines']}",
                          r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"])
     return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["cache"], w["ours_first"],
                   w["ours_again"], w["ct2_first"], w["ct2_again"], w["ratio_first"], w["ratio_again"], w["alike"],
                   w["date"], w["commit"], w["record"]], rows)
+
+
+def translate_batches(all_records, w):
+    """bench/translate_speed.py's batching of each search: batches, shapes, padding, rows x steps."""
+    rows = []
+    for r in (r for r in all_records if r["kind"] == "translate_speed"):
+        for s in (s for s in r["figures"]["searches"] if "batches" in s):
+            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            steps = s.get("row_steps_per_token")
+            rows.append([name, r["machine"]["class"], r["figures"]["lines"], s["batches"], s["shapes"],
+                         f"{s['padding']:.0%}", "" if steps is None else f"{steps:.2f}", r["date"], r["commit"],
+                         f"[{w['record']}](records/{r['file']})"])
+    return table([w["search"], w["cpu"], "lines", w["batches"], w["shapes"], w["padding"], w["row_steps"], w["date"],
+                  w["commit"], w["record"]], rows)
 
 
 def footprint(all_records, w):
@@ -143,7 +161,8 @@ def footprint(all_records, w):
 
 
 TABLES = {"quickstart": quickstart, "footprint": footprint, "memory": memory, "results": results,
-          "results_full": lambda rs, w: results(rs, w, full=True), "translate_speed": translate_speed}
+          "results_full": lambda rs, w: results(rs, w, full=True), "translate_speed": translate_speed,
+          "translate_batches": translate_batches}
 
 
 # Numbers in the documents that are not measured here, each with what it is

@@ -10,7 +10,9 @@ The port's first pass starts with an empty compilation cache (a fresh folder, de
 user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
 as train.py and eval.py left it (the programs compiled for dev serve the file's batches of the same
 shapes: data_load.decode_batches); its model is loaded before the clock starts, as is CTranslate2's
-conversion. The batches' shapes and their padding are printed for each search.
+conversion. For each search it prints the batches, their shapes and padding, and for greedy
+decoding how many rows x steps the loops ran for each token written (rows that finished early
+are computed on until their batch ends).
 
 CTranslate2 decodes the pieces of each line (the port's sentencepiece
 model), in batches of the run's --eval_tokens_per_batch tokens, with --threads threads, up to 256
@@ -88,18 +90,28 @@ def run_cache(logdir):
     return folder
 
 
-def shapes_line(translator, lines, beam_size):
-    """How translate.py batches these lines for this search: batches, distinct shapes, padding."""
+def batching(translator, lines, beam_size, outputs=None):
+    """How translate.py batches these lines for this search: dict of batches, shapes (distinct),
+    padding (the share of the batches' source tokens that is padding) and, for greedy decoding
+    given its outputs, row_steps_per_token: the decoding rows times the steps each batch ran (to its
+    longest output) over the output tokens written, </s> included (1: no row ever decodes past
+    its sentence's end; outputs counted in the vocabulary's pieces again)."""
     import data_load
     from trained.lines import split_long
 
     sp, hp = translator.sp, translator.hp
-    lens = [len(ids) + 1 for line in lines if line.strip()
-            for ids in split_long(sp, data_load.clean(line.strip()), hp.maxlen1 - 1)]
+    kept = [line for line in lines if line.strip()]
+    parts = [split_long(sp, data_load.clean(line.strip()), hp.maxlen1 - 1) for line in kept]
+    lens = [len(ids) + 1 for pieces in parts for ids in pieces]
     batches = data_load.decode_batches(lens, max(hp.eval_tokens_per_batch // beam_size, 1), limit=hp.maxlen1)
     padded = sum(rows * t1 for _, (rows, t1) in batches)
-    return (f"{len(batches)} batches in {len({shape for _, shape in batches})} shapes (rows x source length), "
-            f"{1 - sum(lens) / padded:.0%} of their source tokens padding")
+    found = dict(batches=len(batches), shapes=len({shape for _, shape in batches}),
+                 padding=round(1 - sum(lens) / padded, 3))
+    if beam_size == 1 and outputs is not None and all(len(pieces) == 1 for pieces in parts):
+        out = [len(sp.encode(text)) + 1 for line, text in zip(lines, outputs) if line.strip()]  # (sentences,)
+        steps = sum(rows * max(out[i] for i in idx) for idx, (rows, _) in batches)
+        found["row_steps_per_token"] = round(steps / sum(out), 2)
+    return found
 
 
 def main(argv=None):
@@ -140,12 +152,16 @@ def main(argv=None):
                                               beam_stop=translator.hp.beam_stop, threads=args.threads,
                                               cache=args.cache, searches=[])
         for beam in beams:
-            print(f"{'greedy' if beam == 1 else f'beam {beam}'}: {shapes_line(translator, lines, beam)}")
             timed = []
             for _ in range(2):
                 start = time.perf_counter()
                 ours = translator.translate(lines, beam_size=beam)
                 timed.append(time.perf_counter() - start)
+            batched = batching(translator, lines, beam, ours)
+            print(f"{'greedy' if beam == 1 else f'beam {beam}'}: {batched['batches']} batches in {batched['shapes']} "
+                  f"shapes (rows x source length), {batched['padding']:.0%} of their source tokens padding"
+                  + (f"; rows x steps {batched['row_steps_per_token']:.2f} times the tokens written"
+                     if "row_steps_per_token" in batched else ""))
             first, steady, theirs = ctranslate2_passes(translator, lines, beam, args.threads)
             alike = sum(a == b for a, b in zip(ours, theirs))
             name = "greedy" if beam == 1 else f"beam {beam}"
@@ -153,7 +169,7 @@ def main(argv=None):
                         f"{timed[0] / first:.2f} | {timed[1] / steady:.2f} | {alike} of {len(lines)} |")
             figures["searches"].append(dict(beam_size=beam, ours_first_s=round(timed[0], 2),
                                             ours_again_s=round(timed[1], 2), ct2_first_s=round(first, 2),
-                                            ct2_again_s=round(steady, 2), lines_alike=alike))
+                                            ct2_again_s=round(steady, 2), lines_alike=alike, **batched))
             key = "greedy" if beam == 1 else "beam"
             summary[f"{key}_first_vs_ct2"], summary[f"{key}_steady_vs_ct2"] = timed[0] / first, timed[1] / steady
     finally:

@@ -171,7 +171,9 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
             line.startswith("| beam 2")]
     assert len(rows) == 2 and rows[0][-1] == "12 of 12 |", run.stdout
     assert re.search(r"^greedy: \d+ batches in \d+ shapes \(rows x source length\), \d+% of their source tokens "
-                     r"padding$", run.stdout, re.M), run.stdout
+                     r"padding; rows x steps [\d.]+ times the tokens written$", run.stdout, re.M), run.stdout
+    assert re.search(r"^beam 2: \d+ batches in \d+ shapes", run.stdout, re.M), run.stdout
+    assert float(re.search(r"rows x steps ([\d.]+) times", run.stdout).group(1)) >= 1  # never fewer than written
     for row in rows:  # seconds and ratios (of the unrounded seconds), which may round to 0.00
         assert all(float(cell) >= 0 for cell in row[1:7]), row
     assert re.fullmatch(r"translate_speed greedy_first_vs_ct2=[\d.]+ greedy_steady_vs_ct2=[\d.]+ "
