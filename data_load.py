@@ -327,15 +327,14 @@ def eval_batches(src_lens, tokens_per_batch, sort=False):
 
 
 def decode_batches(src_lens, tokens_per_batch, limit=None):
-    """Batches for decoding, in a bounded set of shapes that does not depend on the lines, so that
-    the programs compiled for one file (eval.py's dev, say) serve the next from the compile cache.
+    """Batches for decoding, whose shapes depend on the lengths of the lines and not on how many
+    there are: the programs compiled for one file (eval.py's dev, say) serve the next from the
+    compile cache wherever the shapes meet.
 
     Each sentence's length is padded up to a multiple of PAD_MULTIPLE (not past limit when it fits:
     padded_length); from the shortest length up, the sentences of a length, after those left over
     by the one before, go tokens_per_batch // length to a batch; those too few to fill one are left
-    over to the next length, padded to it. Only the last batch is short: its rows are rounded up
-    to a power of two (a sentence alone is decoded in a batch of one). So a length has at most
-    1 + log2(tokens_per_batch / length) shapes, and a file at most one shape more than its lengths.
+    over to the next length, padded to it. So every batch but the last is full, one shape a length.
 
     Args:
       src_lens: (num_sents,) source lengths including </s>.
@@ -343,8 +342,8 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
       limit: maxlen1, where learned positions stop.
 
     Returns:
-      list of (index array, (rows, T1)): rows >= len(index), the rows past it to be filled with
-      padding alone (encoder_inputs' shape), which the decoding loops treat as finished.
+      list of int64 index arrays covering range(num_sents), each batch's lengths padded to one
+      length (encoder_inputs(..., limit=limit) pads to it).
     """
     padded = np.asarray(padded_length(np.asarray(src_lens, np.int64), PAD_MULTIPLE, limit))  # (num_sents,)
     batches, left = [], np.zeros(0, np.int64)
@@ -352,12 +351,9 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
         idx = np.concatenate([left, np.flatnonzero(padded == length)])
         rows = max(1, tokens_per_batch // int(length))
         full = len(idx) // rows * rows
-        batches += [(idx[i:i + rows], (rows, int(length))) for i in range(0, full, rows)]
+        batches += [idx[i:i + rows] for i in range(0, full, rows)]
         left = idx[full:]
-    if len(left):
-        batches.append((left, (min(1 << (len(left) - 1).bit_length(), max(1, tokens_per_batch // int(length))),
-                               int(length))))
-    return batches
+    return batches + ([left] if len(left) else [])
 
 
 def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):
@@ -378,13 +374,10 @@ def pad(seqs, length):
     return out
 
 
-def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None, shape=None):
-    """Source ids + </s>, padded to a multiple of `multiple` (not past limit: padded_length): (N, T1).
-    With shape, (rows, T1) is that: the rows past the sentences are padding alone (decode_batches)."""
+def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None):
+    """Source ids + </s>, padded to a multiple of `multiple` (not past limit: padded_length): (N, T1)."""
     seqs = [np.append(s, EOS) for s in src_seqs]
-    if shape is None:
-        return pad(seqs, int(padded_length(max(len(s) for s in seqs), multiple, limit)))
-    return pad(seqs + [np.zeros(0, np.int64)] * (shape[0] - len(seqs)), shape[1])
+    return pad(seqs, int(padded_length(max(len(s) for s in seqs), multiple, limit)))
 
 
 def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE, limits=(None, None), shape=None):

@@ -69,8 +69,7 @@ def greedy_loop(model, source, max_len, min_len):
     token per step until every sentence has produced </s> or max_len tokens.
 
     Args:
-      source: (N, T1) ids; a row of padding alone (data_load.decode_batches' filling) is finished
-        from the start.
+      source: (N, T1) ids.
       max_len: L, an int, or an int scalar tensor in a traced graph (trained/serving.py's SavedModel).
         It fixes the output and cache shapes.
       min_len: int scalar tensor: </s> is barred before this many tokens.
@@ -80,7 +79,6 @@ def greedy_loop(model, source, max_len, min_len):
     """
     context, caches = model.start_cache(source, max_len)
     n = ops.shape(source)[0]
-    blank = ops.all(ops.equal(source, PAD), axis=1)  # (N,) rows of padding alone: nothing to translate
 
     def cond(t, tokens, finished, ids, scores, caches):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(finished)))
@@ -93,7 +91,7 @@ def greedy_loop(model, source, max_len, min_len):
         ids = ops.slice_update(ids, (0, t), ops.expand_dims(next_ids, 1))  # (N, L)
         return t + 1, next_ids, ops.logical_or(finished, ops.equal(next_ids, EOS)), ids, scores, caches
 
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n,), BOS, "int32"), blank,
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n,), BOS, "int32"), ops.zeros((n,), "bool"),
              ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"), caches)
     _, _, _, ids, scores, _ = ops.while_loop(cond, body, start)
     return ids, scores
@@ -251,7 +249,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
     kernels say (ReorderedCache, or InPlaceBeamCache where model.kernels.in_place_beam_cache).
 
     Args:
-      source: (N, T1) ids; a row of padding alone is done from the start.
+      source: (N, T1) ids.
       max_len: L (Python int); min_len: int scalar tensor.
       beam_size: K (Python int); alpha: length penalty exponent (Python float); stop: beam_step's.
 
@@ -270,9 +268,8 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
         state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop)
         return t + 1, tokens, state, cache.reorder(cache_state, parents)
 
-    state = beam_start(n, beam_size, max_len)
-    state["done"] = ops.all(ops.equal(source, PAD), axis=1)  # (N,) rows of padding alone: nothing to translate
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"), state, cache.initial)
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
+             beam_start(n, beam_size, max_len), cache.initial)
     _, _, state, _ = ops.while_loop(cond, body, start)
     return beam_result(state)
 

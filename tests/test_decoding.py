@@ -74,27 +74,6 @@ def test_a_beam_of_one_chooses_greedys_token_where_the_score_would_round_a_near_
     assert np.float32(-400.0) + np.float32(-1.00001) == np.float32(-400.0) + np.float32(-1.0)  # the tie summing makes
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_rows_of_padding_alone_are_finished_from_the_start_and_change_no_other_row(copy_model, kernels, beam_size):
-    """data_load.decode_batches fills a short batch with rows of padding: they decode nothing, and
-    the sentences beside them decode as they would alone."""
-    m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]
-    x, _, _ = batch(6)
-    filled = np.concatenate([x, np.full((2, x.shape[1]), PAD, x.dtype)])  # (8, T1)
-
-    def decode(source):
-        if beam_size == 1:
-            return decoding.greedy_decode(m, source, max_len=12, return_scores=True)
-        return decoding.beam_search(m, source, beam_size, alpha=0.6, max_len=12, return_scores=True)
-
-    alone, alone_scores = decode(x)
-    ids, scores = decode(filled)
-    np.testing.assert_array_equal(ids[:6, :alone.shape[1]], alone)
-    np.testing.assert_allclose(scores[:6], alone_scores, rtol=1e-4)
-    if beam_size == 1:
-        assert (ids[6:] == PAD).all() and (scores[6:] == 0).all()  # not a token chosen for them
-
-
 @pytest.mark.slow
 def test_beam_search_score_is_never_below_greedy(copy_model, kernels):
     m, batch = transformer.rebuild(copy_model[0], kernels), copy_model[1]

@@ -149,9 +149,9 @@ def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_
         kept.append({name: os.stat(cache / name).st_mtime_ns for name in os.listdir(cache)})
     assert kept[0] and kept[1] == kept[0], kept
     assert (tmp_path / "out0.en").read_text(encoding="utf-8") == (tmp_path / "out1.en").read_text(encoding="utf-8")
-    # another file, other lines, batched in the same shape (data_load.decode_batches: its longest
-    # sentence the same, 19 lines rounded up to 32 rows as 21 were): nothing new to compile either
-    other = ["Ein Hund.", "Eine Frau lacht.", "Kinder.", "Ein Kind liest ein Buch im Garten."] * 4 + ["Ein Ball."] * 3
+    # another file, other lines, batched in the same shape (data_load.decode_batches: as many lines,
+    # the longest the same): nothing new to compile either
+    other = ["Ein Hund.", "Eine Frau lacht.", "Kinder.", "Ein Kind liest ein Buch im Garten."] * 5 + ["Ein Ball."]
     (tmp_path / "other.de").write_text("\n".join(other) + "\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
                           str(quick_start.prepro), "--input", str(tmp_path / "other.de"), "--output",

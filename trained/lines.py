@@ -17,7 +17,7 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     """Translations of source id sequences, in their order: greedy (cached) or beam search (ending
     a sentence as beam_stop says: decoding.beam_step's stop).
 
-    Batches are formed by length (every sentence, however long) in the few shapes of
+    Batches are formed by length (every sentence, however long) in the shapes of
     data_load.decode_batches, and put back in order; beam search divides the token budget by the
     beam size.
     """
@@ -28,10 +28,10 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
                         f"at most maxlen1 {model.maxlen1}: shorten or split it")
     out = [None] * len(src_seqs)
     batches = data_load.decode_batches(lens, max(tokens_per_batch // beam_size, 1), limit=model.maxlen1)
-    for idx, shape in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
-        x = data_load.encoder_inputs([src_seqs[i] for i in idx], shape=shape)  # (rows, T1)
+    for idx in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
+        x = data_load.encoder_inputs([src_seqs[i] for i in idx], limit=model.maxlen1)
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha, stop=beam_stop)
-        for i, text in zip(idx, data_load.postprocess(sp, ids[:len(idx)])):
+        for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text
     return out
 
