@@ -334,7 +334,8 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
     Each sentence's length is padded up to a multiple of PAD_MULTIPLE (not past limit when it fits:
     padded_length); from the shortest length up, the sentences of a length, after those left over
     by the one before, go tokens_per_batch // length to a batch; those too few to fill one are left
-    over to the next length, padded to it. So every batch but the last is full, one shape a length.
+    over to the next length, padded to it. So every batch but the last is full, one shape a length
+    (a batch of sentences carried over alone is padded to the length it was cut at, as the others).
 
     Args:
       src_lens: (num_sents,) source lengths including </s>.
@@ -342,8 +343,8 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
       limit: maxlen1, where learned positions stop.
 
     Returns:
-      list of int64 index arrays covering range(num_sents), each batch's lengths padded to one
-      length (encoder_inputs(..., limit=limit) pads to it).
+      list of (int64 index array, the length T1 to pad its sentences to: encoder_inputs' length),
+      the index arrays covering range(num_sents).
     """
     padded = np.asarray(padded_length(np.asarray(src_lens, np.int64), PAD_MULTIPLE, limit))  # (num_sents,)
     batches, left = [], np.zeros(0, np.int64)
@@ -351,9 +352,9 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
         idx = np.concatenate([left, np.flatnonzero(padded == length)])
         rows = max(1, tokens_per_batch // int(length))
         full = len(idx) // rows * rows
-        batches += [idx[i:i + rows] for i in range(0, full, rows)]
+        batches += [(idx[i:i + rows], int(length)) for i in range(0, full, rows)]
         left = idx[full:]
-    return batches + ([left] if len(left) else [])
+    return batches + ([(left, int(length))] if len(left) else [])
 
 
 def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):
@@ -374,10 +375,11 @@ def pad(seqs, length):
     return out
 
 
-def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None):
-    """Source ids + </s>, padded to a multiple of `multiple` (not past limit: padded_length): (N, T1)."""
+def encoder_inputs(src_seqs, multiple=PAD_MULTIPLE, limit=None, length=None):
+    """Source ids + </s>, padded to a multiple of `multiple` (not past limit: padded_length), or to
+    length if given (decode_batches'): (N, T1)."""
     seqs = [np.append(s, EOS) for s in src_seqs]
-    return pad(seqs, int(padded_length(max(len(s) for s in seqs), multiple, limit)))
+    return pad(seqs, length or int(padded_length(max(len(s) for s in seqs), multiple, limit)))
 
 
 def training_arrays(src_seqs, tgt_seqs, multiple=PAD_MULTIPLE, limits=(None, None), shape=None):

@@ -104,13 +104,12 @@ def batching(translator, lines, beam_size, outputs=None):
     parts = [split_long(sp, data_load.clean(line.strip()), hp.maxlen1 - 1) for line in kept]
     lens = [len(ids) + 1 for pieces in parts for ids in pieces]
     batches = data_load.decode_batches(lens, max(hp.eval_tokens_per_batch // beam_size, 1), limit=hp.maxlen1)
-    shapes = [(len(idx), int(data_load.padded_length(max(lens[i] for i in idx), limit=hp.maxlen1)))
-              for idx in batches]  # (rows, T1) each
+    shapes = [(len(idx), length) for idx, length in batches]  # (rows, T1) each
     found = dict(batches=len(batches), shapes=len(set(shapes)),
                  padding=round(1 - sum(lens) / sum(rows * t1 for rows, t1 in shapes), 3))
     if beam_size == 1 and outputs is not None and all(len(pieces) == 1 for pieces in parts):
         out = [len(sp.encode(text)) + 1 for line, text in zip(lines, outputs) if line.strip()]  # (sentences,)
-        steps = sum(len(idx) * max(out[i] for i in idx) for idx in batches)
+        steps = sum(len(idx) * max(out[i] for i in idx) for idx, _ in batches)
         found["row_steps_per_token"] = round(steps / sum(out), 2)
     return found
 

@@ -90,15 +90,16 @@ def test_decode_batches_are_full_but_the_last_and_their_shapes_do_not_depend_on_
     for _ in range(20):  # files of many sizes and lengths
         lens = rng.integers(1, 70, size=int(rng.integers(1, 400)))
         batches = data_load.decode_batches(lens, budget, limit=64)
-        assert sorted(np.concatenate(batches).tolist()) == list(range(len(lens)))
-        for k, idx in enumerate(batches):
-            t1 = int(data_load.padded_length(lens[idx].max(), limit=64))
+        assert sorted(np.concatenate([idx for idx, _ in batches]).tolist()) == list(range(len(lens)))
+        for k, (idx, t1) in enumerate(batches):
+            assert t1 >= lens[idx].max() and t1 % data_load.PAD_MULTIPLE == 0
             if k < len(batches) - 1:  # only the last batch is short
                 assert len(idx) == max(1, budget // t1)
                 full_shapes.add((len(idx), t1))
     # one full shape a padded length, whatever the file: a length's batches are always that many rows
     assert len(full_shapes) == len({t1 for _, t1 in full_shapes})
-    assert [i.tolist() for i in data_load.decode_batches([5], budget)] == [[0]]  # a sentence alone
+    assert [(i.tolist(), t1) for i, t1 in data_load.decode_batches([5], budget)] == [([0], 8)]  # a sentence alone
+    assert data_load.encoder_inputs([np.array([5, 6])], length=16).shape == (1, 16)
 
 
 def test_batch_arrays_shift_and_special_tokens():

@@ -28,8 +28,8 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
                         f"at most maxlen1 {model.maxlen1}: shorten or split it")
     out = [None] * len(src_seqs)
     batches = data_load.decode_batches(lens, max(tokens_per_batch // beam_size, 1), limit=model.maxlen1)
-    for idx in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
-        x = data_load.encoder_inputs([src_seqs[i] for i in idx], limit=model.maxlen1)
+    for idx, length in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
+        x = data_load.encoder_inputs([src_seqs[i] for i in idx], length=length)  # (N, T1)
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha, stop=beam_stop)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text
