@@ -327,9 +327,9 @@ def eval_batches(src_lens, tokens_per_batch, sort=False):
 
 
 def decode_batches(src_lens, tokens_per_batch, limit=None):
-    """Batches for decoding, whose shapes depend on the lengths of the lines and not on how many
-    there are: the programs compiled for one file (eval.py's dev, say) serve the next from the
-    compile cache wherever the shapes meet.
+    """Batches for decoding, each but the last in a shape its length alone fixes, not the file:
+    the programs compiled for one file (eval.py's dev, say) serve the next from the compile cache
+    wherever the shapes meet.
 
     Each sentence's length is padded up to a multiple of PAD_MULTIPLE (not past limit when it fits:
     padded_length); from the shortest length up, the sentences of a length, after those left over

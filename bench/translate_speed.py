@@ -8,17 +8,16 @@ beam search; the ratio of the times on each row.
 
 The port's first pass starts with an empty compilation cache (a fresh folder, deleted after), as a
 user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
-as train.py and eval.py left it (the programs compiled for dev serve the file's batches of the same
-shapes: data_load.decode_batches); its model is loaded before the clock starts, as is CTranslate2's
-conversion. For each search it prints the batches, their shapes and padding, and for greedy
-decoding how many rows x steps the loops ran for each token written (rows that finished early
-are computed on until their batch ends).
+as eval.py (and on JAX, train.py) left it: the programs compiled for dev serve the file's batches of
+the same shapes (data_load.decode_batches). Its model is loaded before the clock starts, as is
+CTranslate2's conversion. For each search it prints the batches, their shapes and padding, and for
+greedy decoding how many rows x steps the loops ran for each token written (rows that finished
+early are computed on until their batch ends).
 
-CTranslate2 decodes the pieces of each line (the port's sentencepiece
-model), in batches of the run's --eval_tokens_per_batch tokens, with --threads threads, up to 256
-tokens; its beam search scores length by length^alpha (the port's: GNMT's ((5 + length) / 6)^alpha),
-so beam outputs may differ where greedy ones agree. The share of lines the two translate alike is
-printed.
+CTranslate2 decodes the pieces of each line (the port's sentencepiece model), in batches of the
+run's --eval_tokens_per_batch tokens, with --threads threads, up to 256 tokens; its beam search
+scores length by length^alpha (the port's: GNMT's ((5 + length) / 6)^alpha), so beam outputs may
+differ where greedy ones agree. The share of lines the two translate alike is printed.
 
 The last line is machine-readable:
 translate_speed greedy_first_vs_ct2=<x> greedy_steady_vs_ct2=<x> beam_first_vs_ct2=<x> beam_steady_vs_ct2=<x>
@@ -124,7 +123,7 @@ def main(argv=None):
                                                     "to this JSON file; bench/tables.py draws tables from such files")
     p.add_argument("--cache", choices=("empty", "run"), default="empty",
                    help="the compilation cache the port's first pass starts from: empty (default: as on a machine "
-                        "that never compiled them), or a copy of the run's own (as train.py and eval.py left it)")
+                        "that never compiled them), or a copy of the run's own (as eval.py left it)")
     p.add_argument("--beam_stop", choices=("bound", "finished"),
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
