@@ -294,19 +294,26 @@ def bucket_batches(src_lens, tgt_lens, tokens_per_batch, buckets, rng=None):
     may be short (TrainBatches.shape fills it out with rows of padding). The batches are shuffled;
     every index appears exactly once."""
     top = np.asarray(buckets)[np.searchsorted(buckets, np.maximum(src_lens, tgt_lens))]  # (num_pairs,)
-    batches, left = [], np.zeros(0, np.int64)
-    for b in buckets:
-        idx = np.flatnonzero(top == b)
-        idx = np.concatenate([left, idx if rng is None else rng.permutation(idx)])
-        rows = max(1, tokens_per_batch // int(b))
-        full = len(idx) // rows * rows
-        batches += [idx[i:i + rows] for i in range(0, full, rows)]
-        left = idx[full:]
-    if len(left):
-        batches.append(left)
+    batches = [idx for idx, _ in fill_buckets(top, buckets, tokens_per_batch, rng)]
     if rng is not None:
         rng.shuffle(batches)
     return batches
+
+
+def fill_buckets(bucket_of, buckets, tokens_per_batch, rng=None):
+    """bucket_batches' and decode_batches' cut: from the shortest bucket up, the items of a bucket
+    b (bucket_of (num_items,) names each one's), in random order when rng is given, after those
+    left over by the bucket before, go tokens_per_batch // b to a batch; those too few to fill one
+    are left over to the next. Returns [(index array, the bucket it was cut at)], in that order."""
+    batches, left = [], np.zeros(0, np.int64)
+    for b in buckets:
+        idx = np.flatnonzero(bucket_of == b)
+        idx = np.concatenate([left, idx if rng is None else rng.permutation(idx)])
+        rows = max(1, tokens_per_batch // int(b))
+        full = len(idx) // rows * rows
+        batches += [(idx[i:i + rows], int(b)) for i in range(0, full, rows)]
+        left = idx[full:]
+    return batches + ([(left, int(b))] if len(left) else [])
 
 
 def eval_batches(src_lens, tokens_per_batch, sort=False):
@@ -332,9 +339,9 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
     wherever the shapes meet.
 
     Each sentence's length is padded up to a multiple of PAD_MULTIPLE (not past limit when it fits:
-    padded_length); from the shortest length up, the sentences of a length, after those left over
-    by the one before, go tokens_per_batch // length to a batch; those too few to fill one are left
-    over to the next length, padded to it. So every batch but the last is full, one shape a length
+    padded_length), and the padded lengths are the buckets of fill_buckets (training's cut): from
+    the shortest length up, tokens_per_batch // length sentences a batch, those too few to fill one
+    left over to the next length, padded to it. So every batch but the last is full, one shape a length
     (a batch of sentences carried over alone is padded to the length it was cut at, as the others).
 
     Args:
@@ -347,14 +354,7 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
       the index arrays covering range(num_sents).
     """
     padded = np.asarray(padded_length(np.asarray(src_lens, np.int64), PAD_MULTIPLE, limit))  # (num_sents,)
-    batches, left = [], np.zeros(0, np.int64)
-    for length in np.unique(padded):
-        idx = np.concatenate([left, np.flatnonzero(padded == length)])
-        rows = max(1, tokens_per_batch // int(length))
-        full = len(idx) // rows * rows
-        batches += [(idx[i:i + rows], int(length)) for i in range(0, full, rows)]
-        left = idx[full:]
-    return batches + ([(left, int(length))] if len(left) else [])
+    return fill_buckets(padded, np.unique(padded), tokens_per_batch)
 
 
 def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):
