@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from support.utils import UserError, atomic_write, cpu_has_bfloat16, cpuinfo
+from support.utils import UserError, atomic_write, cpu_flags, cpu_has_bfloat16, cpuinfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +41,7 @@ def cpu_class(info):
 def machine_fields():
     """The machine a figure was measured on: CPU, its class, cores, bfloat16 instructions and AMX."""
     info = cpuinfo()
-    flags = set(info.get("flags", "").split())
+    flags = cpu_flags(info=info)
     return {"cpu": info.get("model name", "unknown CPU"), "class": cpu_class(info), "cores": os.cpu_count(),
             "bfloat16": cpu_has_bfloat16(flags), "amx": "amx_bf16" in flags}
 

@@ -85,9 +85,10 @@ def cpuinfo(path=None):
     return fields
 
 
-def cpu_flags(path=None):
-    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere)."""
-    return set(cpuinfo(path).get("flags", "").split())
+def cpu_flags(path=None, info=None):
+    """The instruction-set flags of the CPU as Linux lists them (an empty set elsewhere); info: the
+    fields cpuinfo() read already."""
+    return set((cpuinfo(path) if info is None else info).get("flags", "").split())
 
 
 BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
@@ -102,7 +103,7 @@ def machine():
     """The CPU's name and family, its cores, and whether it has bfloat16 instructions and AMX: the
     line every measured figure names its machine by."""
     info = cpuinfo()
-    name, family, flags = info.get("model name", "?"), info.get("cpu family", "?"), set(info.get("flags", "").split())
+    name, family, flags = info.get("model name", "?"), info.get("cpu family", "?"), cpu_flags(info=info)
     bf16 = "with" if cpu_has_bfloat16(flags) else "without"
     amx = "with" if "amx_bf16" in flags else "without"
     return f"{name} (CPU family {family}, {os.cpu_count()} cores, {bf16} bfloat16 instructions, {amx} AMX)"
