@@ -6,14 +6,17 @@ each and a third where the rule asks for one (--more_seeds), and writes a table:
 greedy decoding and with the preset's beam search, dev loss per target token, the seeds' standard
 deviation, minutes, and each variant's difference to the preset with a verdict in plain words by a
 stated rule (RULE: Student's t test on the seeds, 5%, three seeds a side for "better" or "worse");
-and a bar chart of the differences.
+and a bar chart of the differences. With --table recipes it trains RECIPES instead: shorter ways
+to train the preset, three seeds each beside the preset's own, each judged by TARGET (its share of
+the preset's training minutes, its dev BLEU against the preset's).
 
     python ablate.py --preset multi30k --output docs/ablations.md   # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
     python ablate.py --preset sample --num_epochs 1            # minutes: a dry run
+    python ablate.py --table recipes --output docs/recipes.md  # hours: alone on the machine, for the minutes
 
-Runs go to <runs>/<variant>/seed<seed> (--runs; default log/ablations/<preset>), the table to
-<runs>/ablations.md unless --output names another file (the shipped docs/ablations.md is rewritten
+Runs go to <runs>/<variant>/seed<seed> (--runs; default log/<table>/<preset>), the table to
+<runs>/<table>.md unless --output names another file (the shipped docs/ablations.md is rewritten
 only when named). A run that finished is not trained again, an interrupted one resumes where it
 stopped (train.py resumes from its checkpoints), and each run's scores are kept in its folder
 (ablation.json), so the command can be stopped and started again at any point. They are kept in a
@@ -94,6 +97,27 @@ BASELINE = "preset"
 TABLE_BASE = {"multi30k": (["--num_epochs", "12", "--average_last", "1"],
                            "the preset has since taken the row longer_averaged: 20 epochs, the last five averaged")}
 
+# The recipes table (--table recipes): shorter ways to train the preset, each against the preset as
+# it is (no TABLE_BASE), on three seeds a side, judged by TARGET. Settings as VARIANTS'; a recipe's
+# --average_last is kept in its run's settings, so eval.py scores the weights the recipe averages.
+RECIPES = {
+    "preset": ([], [], "the preset as it is: the baseline every recipe is compared with"),
+    "linear_8": (["--num_epochs", "8", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                  "--dropout_rate", "0.1", "--average_last", "1"], [],
+                 "8 epochs, the learning rate twice the preset's and falling linearly to 0 at the end, a "
+                 "quarter-epoch warmup, dropout 0.1, the last epoch's weights"),
+    "linear_7": (["--num_epochs", "7", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                  "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 7 epochs"),
+}
+TARGET_RATIO, TARGET_BLEU = 0.40, 0.3
+TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0%} of the preset's minutes and "
+          f"its mean dev beam BLEU is at most {TARGET_BLEU} below the preset's, with at least {{seeds}} seeds a "
+          f"side; minutes are the mean wall time of a seed's training, comparable only where every run trained "
+          f"on the same machine with nothing else running")
+# --table: the rows, the recipe each run trains before its row's own settings (per preset), the
+# runs' folder under log/, and the seeds each row trains by default.
+TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, {}, "1,2,3")}
+
 
 def run_script(script, args):
     """Run one of the project's scripts with this interpreter, its output shown as it comes and
@@ -128,11 +152,13 @@ def seed_list(option, text):
         raise UserError(f"{option} {text}: give comma-separated integers, e.g. 1,2") from None
 
 
-def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
-    """Train (or resume) one run and score it on dev; its figures, kept in <run>/ablation.json and
-    in the ledger (a run recorded there, trained in another session or on another machine, is not
-    trained again). With report_only, a run that has not finished training is left alone (None)."""
-    train_args, eval_args, _ = VARIANTS[variant]
+def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
+    """Train (or resume) one run of a table's row and score it on dev; its figures, kept in
+    <run>/ablation.json and in the ledger (a run recorded there, trained in another session or on
+    another machine, is not trained again). With report_only, a run that has not finished training
+    is left alone (None)."""
+    variants, table_base, _ = TABLES[table]
+    train_args, eval_args, _ = variants[variant]
     folder = BASELINE if not train_args else variant
     logdir, name = os.path.join(runs, folder, f"seed{seed}"), f"{folder}/seed{seed}"
     key = " ".join(eval_args) or "as trained"
@@ -151,7 +177,7 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
             return None
         started = dict(commit=commit(), date=datetime.date.today().isoformat(), machine=machine())  # the code run
         out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed),
-                                      *TABLE_BASE.get(preset, ([],))[0], *train_args, *extra])
+                                      *table_base.get(preset, ([],))[0], *train_args, *extra])
         history = trained(logdir)
         scores = dict(started, precision=re.search(r"precision (\S+),", out).group(1))  # train.py's devices line
     if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
@@ -255,9 +281,23 @@ def verdict(row, base):
     return word if min(len(row), len(base)) >= MIN_SEEDS else f"{word} on {min(len(row), len(base))} seeds{NEEDS_MORE}"
 
 
-def summarize(results):
+def recipe_verdict(row, base):
+    """Plain words for a recipe's row against the preset's (summarize's rows), by TARGET."""
+    seeds = min(row["seeds"], base["seeds"])
+    if seeds < MIN_SEEDS:
+        return f"{seeds} seed{'s' if seeds > 1 else ''} a side: the target needs {MIN_SEEDS}"
+    fast, close = row["ratio"] <= TARGET_RATIO, row["difference"] >= -TARGET_BLEU
+    if fast and close:
+        return "meets the target"
+    return "misses the target: " + " and ".join(
+        why for why, miss in ((f"{row['ratio']:.2f} of the preset's minutes", not fast),
+                              (f"{-row['difference']:.2f} BLEU below the preset", not close)) if miss)
+
+
+def summarize(results, table="ablations"):
     """{variant: row} from {variant: [figures of each seed]}: means, standard deviations, difference
-    to the baseline's beam BLEU, its margin and verdict (RULE), and where and when the runs were trained."""
+    to the baseline's beam BLEU, its margin and verdict (RULE; for the recipes table, TARGET), the
+    ratio of its minutes to the baseline's, and where and when the runs were trained."""
     rows = {}
     for name, seeds in results.items():
         beam = [s["beam"] for s in seeds]
@@ -272,7 +312,9 @@ def summarize(results):
     for name, row in rows.items():
         row["difference"] = row["beam"] - base["beam"]
         row["margin"] = 0.0 if name == BASELINE else margin(row["beams"], base["beams"])
-        row["verdict"] = "the baseline" if name == BASELINE else verdict(row["beams"], base["beams"])
+        row["ratio"] = row["minutes"] / base["minutes"] if row["minutes"] and base["minutes"] else None
+        row["verdict"] = ("the baseline" if name == BASELINE else recipe_verdict(row, base) if table == "recipes"
+                          else verdict(row["beams"], base["beams"]))
         if name != BASELINE and row["precision"] != base["precision"]:  # e.g. float32 on a CPU without bfloat16
             row["verdict"] = (f"not comparable: trained in {', '.join(row['precision'])}, the preset in "
                               f"{', '.join(base['precision'])}")
@@ -284,32 +326,46 @@ def commit():
     return run.stdout.strip() if run.returncode == 0 else "unknown"
 
 
-def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, unfinished=(0, 0)):
-    """docs/ablations.md's table (and where its picture and ledger are), with how the figures were made;
-    unfinished: (runs left out as not finished (--report), runs asked for)."""
+def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, unfinished=(0, 0), table="ablations"):
+    """The table's document (docs/ablations.md, or the recipes'), where its picture and ledger are, and
+    how the figures were made; unfinished: (runs left out as not finished (--report), runs asked for)."""
     hp = hyperparams.preset(preset)
+    variants, table_base, _ = TABLES[table]
 
     def each(key):  # one of the runs' provenance fields over every row
         return ", ".join(sorted({value for row in rows.values() for value in row[key]}))
 
-    lines = [f"# Ablations of the {preset} preset", "",
-             f"Each row trains the {preset} preset"
-             + (f" as the table measures it (`{' '.join(TABLE_BASE[preset][0])}`: {TABLE_BASE[preset][1]})"
-                if preset in TABLE_BASE else "")
-             + f" with a few settings changed, once per seed "
-             f"({', '.join(map(str, seeds))}"
-             + (f"; {', '.join(map(str, more_seeds))} too where the rule asks for more" if more_seeds else "")
-             + f"), and scores the last epoch on dev: sacreBLEU greedy (the "
-             f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
-             f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
-             f"BLEU with its standard deviation). A row with no training settings scores the preset's "
-             f"own runs another way. The difference is the row's beam BLEU minus the preset's, with the "
-             f"margin the rule needs. The rule: {RULE}. For a row that decodes the preset's own runs another "
-             f"way, sacreBLEU's paired bootstrap of its dev translations against the preset's (p, seed by "
-             f"seed: small means a difference chance rarely gives) is a second opinion. Minutes are the "
-             f"wall time of training one seed, evaluation after each epoch included: they rise with "
-             f"whatever else the machine runs meanwhile, so they are a guide to cost, not a speed "
-             f"measurement (docs/speed.md measures speed, side by side).", "",
+    scores = (f"scores it on dev: sacreBLEU greedy (the BLEU after the last epoch) and with the preset's beam search "
+              f"(beam {hp.beam_size}, alpha {hp.alpha:g}, on the weights the run's --average_last says), and the "
+              f"dev loss per target token, each the mean over the row's seeds (beam BLEU with its standard deviation)")
+    if table == "recipes":
+        intro = (f"Each row trains the {preset} preset with a shorter recipe, once per seed "
+                 f"({', '.join(map(str, seeds))}), and {scores}. The difference is the row's beam BLEU minus "
+                 f"the preset's; the time ratio is the row's minutes over the preset's. The target: "
+                 f"{TARGET.format(seeds=MIN_SEEDS)}. Minutes are the wall time of training one seed, evaluation "
+                 f"after each epoch included.")
+        columns = "time ÷ preset's | difference | verdict"
+    else:
+        intro = (f"Each row trains the {preset} preset"
+                 + (f" as the table measures it (`{' '.join(table_base[preset][0])}`: {table_base[preset][1]})"
+                    if preset in table_base else "")
+                 + f" with a few settings changed, once per seed "
+                 f"({', '.join(map(str, seeds))}"
+                 + (f"; {', '.join(map(str, more_seeds))} too where the rule asks for more" if more_seeds else "")
+                 + f"), and scores the last epoch on dev: sacreBLEU greedy (the "
+                 f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
+                 f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
+                 f"BLEU with its standard deviation). A row with no training settings scores the preset's "
+                 f"own runs another way. The difference is the row's beam BLEU minus the preset's, with the "
+                 f"margin the rule needs. The rule: {RULE}. For a row that decodes the preset's own runs another "
+                 f"way, sacreBLEU's paired bootstrap of its dev translations against the preset's (p, seed by "
+                 f"seed: small means a difference chance rarely gives) is a second opinion. Minutes are the "
+                 f"wall time of training one seed, evaluation after each epoch included: they rise with "
+                 f"whatever else the machine runs meanwhile, so they are a guide to cost, not a speed "
+                 f"measurement (docs/speed.md measures speed, side by side).")
+        columns = "difference (± margin) | verdict | paired bootstrap p"
+    title = f"Shorter recipes for the {preset} preset" if table == "recipes" else f"Ablations of the {preset} preset"
+    lines = [f"# {title}", "", intro, "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
@@ -321,16 +377,21 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
              "", f"![Each row's difference to the preset, with the margin the rule needs]"
                  f"({os.path.relpath(picture, os.path.dirname(path) or '.')})",
              "", "| row | what changes | settings | seeds | dev BLEU greedy | dev BLEU beam (mean ± sd) | dev loss | "
-                 "minutes | difference (± margin) | verdict | paired bootstrap p |",
+                 f"minutes | {columns} |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
-        train_args, eval_args, what = VARIANTS[name]
+        train_args, eval_args, what = variants[name]
         settings = " ".join(train_args + eval_args) or "(none)"
         minutes = "" if row["minutes"] is None else f"{row['minutes']:.1f}"
-        margin_ = "" if name == BASELINE else " ± —" if math.isinf(row["margin"]) else f" ± {row['margin']:.2f}"
+        if table == "recipes":
+            ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
+            last = f"{ratio} | {row['difference']:+.2f} | {row['verdict']}"
+        else:
+            margin_ = "" if name == BASELINE else " ± —" if math.isinf(row["margin"]) else f" ± {row['margin']:.2f}"
+            last = (f"{row['difference']:+.2f}{margin_} | {row['verdict']} | "
+                    f"{', '.join(f'{p:.3f}' for p in row.get('bootstrap', []))}")
         lines.append(f"| {name} | {what} | `{settings}` | {row['seeds']} | {row['greedy']:.2f} | {row['beam']:.2f} ± "
-                     f"{row['sd']:.2f} | {row['loss']:.3f} | {minutes} | {row['difference']:+.2f}{margin_} | "
-                     f"{row['verdict']} | {', '.join(f'{p:.3f}' for p in row.get('bootstrap', []))} |")
+                     f"{row['sd']:.2f} | {row['loss']:.3f} | {minutes} | {last} |")
     write_text(path, "\n".join(lines) + "\n" + kept_sections(path))
 
 
@@ -352,16 +413,20 @@ def main(argv=None):
                                      epilog="Settings after the options (--name value) apply to every run.")
     parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS),
                         help="the preset whose variants run (default multi30k)")
+    parser.add_argument("--table", default="ablations", choices=sorted(TABLES),
+                        help="the rows to train: ablations (VARIANTS, judged by RULE) or recipes (RECIPES: "
+                             "shorter trainings of the preset, judged by TARGET) (default ablations)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated variants to run (the preset's own "
                                                         "runs always); default every one")
-    parser.add_argument("--seeds", default="1,2", help="comma-separated seeds: each variant trains once per seed")
-    parser.add_argument("--more_seeds", default=",".join(map(str, range(3, MIN_SEEDS + 1))), metavar="SEEDS",
+    parser.add_argument("--seeds", help="comma-separated seeds: each variant trains once per seed (default 1,2; "
+                                        "recipes 1,2,3)")
+    parser.add_argument("--more_seeds", metavar="SEEDS",
                         help="comma-separated seeds trained only where the rule asks for them: for a row whose "
                              "difference passes with fewer seeds than the rule needs, and for the preset (default "
-                             "%(default)s; '' for none)")
-    parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/ablations/<preset>)")
+                             f"{','.join(map(str, range(3, MIN_SEEDS + 1)))}; recipes: none; '' for none)")
+    parser.add_argument("--runs", metavar="PATH", help="where the runs go (default log/<table>/<preset>)")
     parser.add_argument("--output", metavar="PATH",
-                        help="the table to write (default <runs>/ablations.md; the shipped docs/ablations.md "
+                        help="the table to write (default <runs>/<table>.md; the shipped docs/ablations.md "
                              "is rewritten only when named here); its picture is written beside it (<name>.png)")
     parser.add_argument("--ledger", metavar="PATH",
                         help="where each run's figures are kept (default: beside the table, <output>.json): a "
@@ -370,24 +435,29 @@ def main(argv=None):
                         help="train nothing: write the table from the runs that have finished (a row "
                              "with fewer seeds says so), e.g. while another call is still training")
     args, extra = parser.parse_known_args(argv)
-    names = [BASELINE] + [n for n in (args.only.split(",") if args.only else VARIANTS) if n != BASELINE]
-    unknown = [n for n in names if n not in VARIANTS]
+    variants, _, default_seeds = TABLES[args.table]
+    names = [BASELINE] + [n for n in (args.only.split(",") if args.only else variants) if n != BASELINE]
+    unknown = [n for n in names if n not in variants]
     if unknown:
-        raise UserError(f"--only: unknown variant {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    seeds, more_seeds = seed_list("--seeds", args.seeds), seed_list("--more_seeds", args.more_seeds)
+        raise UserError(f"--only: unknown variant {', '.join(unknown)}; choose from {', '.join(variants)}")
+    if args.more_seeds is None:
+        args.more_seeds = "" if args.table == "recipes" else ",".join(map(str, range(3, MIN_SEEDS + 1)))
+    seeds = seed_list("--seeds", default_seeds if args.seeds is None else args.seeds)
+    more_seeds = seed_list("--more_seeds", args.more_seeds)
     if not seeds:
         raise UserError("--seeds: give at least one seed, e.g. 1,2")
     if set(seeds) & set(more_seeds):
-        raise UserError(f"--more_seeds {args.more_seeds}: give seeds that --seeds ({args.seeds}) does not")
-    runs = args.runs or os.path.join("log", "ablations", args.preset)
-    output = args.output or os.path.join(runs, "ablations.md")
+        raise UserError(f"--more_seeds {args.more_seeds}: give seeds that --seeds "
+                        f"({','.join(map(str, seeds))}) does not")
+    runs = args.runs or os.path.join("log", args.table, args.preset)
+    output = args.output or os.path.join(runs, f"{args.table}.md")
     ledger = read_ledger(args.ledger or os.path.splitext(output)[0] + ".json")
     results, asked = {name: [] for name in names}, {name: list(seeds) for name in names}
 
     def measure_all(todo):  # [(variant, seed)]: each run's figures into results
         for done, (name, seed) in enumerate(todo, 1):
             print(f"[{done}/{len(todo)}] {name}, seed {seed}", flush=True)
-            run = measure(args.preset, name, seed, runs, extra, ledger, report_only=args.report)
+            run = measure(args.preset, name, seed, runs, extra, ledger, report_only=args.report, table=args.table)
             if run is None:
                 print("    not trained yet: left out of the table")
             else:
@@ -398,7 +468,7 @@ def main(argv=None):
         if not results[BASELINE]:
             raise UserError(f"no finished run of the preset itself in {runs}: nothing to compare with "
                             f"(run ablate.py without --report first)")
-        rows = summarize({name: figures for name, figures in results.items() if figures})
+        rows = summarize({name: figures for name, figures in results.items() if figures}, args.table)
         more = [name for name, row in rows.items() if row["verdict"].endswith(NEEDS_MORE)]
         todo = [(name, seed) for name in ([BASELINE] + more if more else []) for seed in more_seeds
                 if seed not in asked[name]]
@@ -413,7 +483,7 @@ def main(argv=None):
     plot_ablations(rows, picture)
     total = sum(len(s) for s in asked.values())
     unfinished = (total - sum(len(figures) for figures in results.values()), total)
-    write_table(output, picture, ledger["path"], rows, args.preset, seeds, more_seeds, argv, unfinished)
+    write_table(output, picture, ledger["path"], rows, args.preset, seeds, more_seeds, argv, unfinished, args.table)
     print(f"wrote {output} and {picture}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hyperparams
-from ablate import TABLE_BASE, VARIANTS, summarize, verdict
+from ablate import RECIPES, TABLE_BASE, VARIANTS, summarize, verdict
 from support.pictures import wall_seconds
 from conftest import run_script
 
@@ -87,7 +87,7 @@ def test_a_third_seed_is_trained_only_where_the_rule_asks_for_it(monkeypatch, tm
     beams = {"preset": [41.4, 41.6, 41.5], "no_positions": [34.1, 34.3, 34.2], "pre_norm": [41.2, 41.9, 41.3]}
     trained = []
 
-    def measure(preset, variant, seed, runs, extra, ledger, report_only=False):
+    def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
         trained.append((variant, seed))
         return dict(beam=beams[variant][seed - 1], greedy=40.0, loss=2.6, minutes=30.0, precision="float32",
                     commit="abc1234", date="2026-11-28", machine="a CPU")
@@ -131,6 +131,43 @@ def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tm
     hp = hyperparams.parse_args("t", args)[0]
     assert (hp.num_epochs, hp.average_last, hp.precision) == (20, 1, "float32")
     assert (hyperparams.preset("multi30k").num_epochs, hyperparams.preset("multi30k").average_last) == (20, 5)
+    # the recipes table measures against the preset as it is: a recipe's settings alone, then the common ones
+    with pytest.raises(Stop):
+        ablate.measure("multi30k", "linear_8", 1, str(tmp_path), ["--precision", "float32"],
+                       dict(path=str(tmp_path / "ledger.json"), runs={}), table="recipes")
+    script, args = calls[1]
+    assert script == "train.py"
+    assert args[args.index("--seed") + 2:] == [*RECIPES["linear_8"][0], "--precision", "float32"]
+
+
+def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_the_target(monkeypatch, tmp_path):
+    """--table recipes: every recipe and the preset itself on seeds 1-3, no more asked for; a recipe
+    meets the target only when fast enough and close enough, and a miss says which (made-up figures)."""
+    import ablate
+    figures = {"preset": (42.5, 30.0), "linear_8": (42.3, 10.5), "linear_7": (41.9, 10.0)}  # beam, minutes
+    trained = []
+
+    def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
+        assert table == "recipes" and runs == os.path.join("log", "recipes", "multi30k")
+        trained.append((variant, seed))
+        beam, minutes = figures[variant]
+        return dict(beam=beam + 0.1 * (seed - 2), greedy=40.0, loss=2.6, minutes=minutes + seed, precision="bf16",
+                    commit="abc1234", date="2026-12-05", machine="a CPU")
+    monkeypatch.setattr(ablate, "measure", measure)
+    table = tmp_path / "recipes.md"
+    ablate.main(["--table", "recipes", "--output", str(table)])
+    assert trained == [(name, seed) for name in ("preset", "linear_8", "linear_7") for seed in (1, 2, 3)]
+    text = table.read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| row")}
+    assert text.startswith("# Shorter recipes for the multi30k preset") and "at most 40% of the preset's" in text
+    assert rows["linear_8"][9:12] == ["0.39", "-0.20", "meets the target"]  # 12.5 / 32 minutes
+    assert rows["linear_7"][9:12] == ["0.38", "-0.60", "misses the target: 0.60 BLEU below the preset"]
+    figures["linear_8"] = (42.5, 14.0)
+    ablate.main(["--table", "recipes", "--output", str(table), "--only", "linear_8", "--seeds", "1,2"])
+    assert "| 2 seeds a side: the target needs 3 |" in table.read_text(encoding="utf-8")
+    ablate.main(["--table", "recipes", "--output", str(table), "--only", "linear_8"])
+    assert "misses the target: 0.50 of the preset's minutes |" in table.read_text(encoding="utf-8")
 
 
 def test_wall_seconds_adds_the_clocks_of_a_resumed_run():
@@ -191,7 +228,7 @@ def test_the_paired_bootstrap_finds_a_real_difference_and_not_an_equal_one():
 def test_every_row_is_settings_that_train_and_eval_accept():
     """Each row's settings are the project's own options with valid values (a typo would otherwise
     surface only when the table's run reaches that row, hours in)."""
-    for name, (train_args, eval_args, what) in VARIANTS.items():
+    for name, (train_args, eval_args, what) in [*VARIANTS.items(), *RECIPES.items()]:
         assert what and len(train_args) % 2 == 0 and len(eval_args) % 2 == 0, name
         _, _, overrides = hyperparams.parse_args("ablate", ["--preset", "multi30k", *train_args, *eval_args])
         assert set(overrides) == {option[2:] for option in (train_args + eval_args)[::2]}, name
