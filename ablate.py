@@ -116,8 +116,8 @@ TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0
           f"its mean dev beam BLEU is at most {TARGET_BLEU} below the preset's, with at least {{seeds}} seeds a "
           f"side; minutes are the mean wall time of a seed's training, comparable only where every run trained "
           f"on the same machine with nothing else running")
-# --table: the rows, the recipe each run trains before its row's own settings (per preset), the
-# runs' folder under log/, and the seeds each row trains by default.
+# --table: the rows, the recipe each run trains before its row's own settings (per preset), and
+# the seeds each row trains by default (the runs go to log/<table>/<preset>).
 TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, {}, "1,2,3")}
 
 
