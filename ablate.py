@@ -108,6 +108,8 @@ RECIPES = {
                  "quarter-epoch warmup, dropout 0.1, the last epoch's weights"),
     "linear_7": (["--num_epochs", "7", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                   "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 7 epochs"),
+    "linear_10": (["--num_epochs", "10", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                   "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 10 epochs"),
     "linear_12": (["--num_epochs", "12", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 12 epochs"),
 }
