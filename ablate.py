@@ -41,6 +41,7 @@ import sys
 
 import data_load
 import hyperparams
+from support import records
 from support.pictures import plot_ablations, read_history, wall_seconds
 from support.scoring import paired_bootstrap, read_hypotheses
 from support.utils import UserError, atomic_write, machine, run_cli
@@ -399,6 +400,20 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
     write_text(path, "\n".join(lines) + "\n" + kept_sections(path))
 
 
+def write_record(path, rows, args, seeds, argv, unfinished):
+    """The table's rows as a record: each row's settings, seeds, means, minutes, time ratio,
+    difference and verdict, with where and when its runs trained."""
+    variants = TABLES[args.table][0]
+    kept = ("seeds", "greedy", "beam", "sd", "loss", "minutes", "ratio", "difference", "verdict", "precision",
+            "commit", "date", "machine")
+    figures = dict(table=args.table, preset=args.preset, seeds=seeds, unfinished=unfinished[0],
+                   rows=[dict(name=name, what=what, settings=" ".join(train_args + eval_args),
+                              **{key: row[key] for key in kept})
+                         for name, row in rows.items() for train_args, eval_args, what in [variants[name]]])
+    records.write(path, records.make(args.table, figures, ", ".join(rows[BASELINE]["precision"]),
+                                     command=" ".join(["ablate.py", *argv])))
+
+
 def kept_sections(path):
     """The part of an existing table document from its first `## ` heading on (sections written by
     hand, such as the comparison with the reference's code), with a blank line before it."""
@@ -438,6 +453,9 @@ def main(argv=None):
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the table from the runs that have finished (a row "
                              "with fewer seeds says so), e.g. while another call is still training")
+    parser.add_argument("--record", metavar="PATH",
+                        help="also write the table's rows as a record (support/records.py) for bench/tables.py "
+                             "to draw in docs/results.md")
     args, extra = parser.parse_known_args(argv)
     variants, _, default_seeds = TABLES[args.table]
     names = [BASELINE] + [n for n in (args.only.split(",") if args.only else variants) if n != BASELINE]
@@ -489,6 +507,9 @@ def main(argv=None):
     unfinished = (total - sum(len(figures) for figures in results.values()), total)
     write_table(output, picture, ledger["path"], rows, args.preset, seeds, more_seeds, argv, unfinished, args.table)
     print(f"wrote {output} and {picture}")
+    if args.record:
+        write_record(args.record, rows, args, seeds, argv, unfinished)
+        print(f"wrote the rows to {args.record}")
     for name, row in rows.items():
         print(f"{name:22s} beam {row['beam']:6.2f}  {row['difference']:+6.2f}  {row['verdict']}")
 

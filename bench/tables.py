@@ -42,7 +42,11 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                cache="first pass's compile cache", cache_empty="empty", cache_run="the run's",
                batches="batches", shapes="shapes", padding="source padding",
                row_steps="rows x steps per token written",
-               group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)"),
+               group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)",
+               run="run", to_bleu="minutes to dev BLEU", not_reached="not reached",
+               last_bleu="last epoch's dev BLEU (greedy)", eval_dev="eval.py on dev (checkpoint, decoding, BLEU)",
+               settings="settings", seeds="seeds", ratio="time ÷ preset's", dev_beam="dev BLEU beam (mean ± sd)",
+               difference="difference", verdict="verdict"),
     "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
                minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
                preset="预设", split="数据", date="日期", commit="提交", command="命令", yes="有", no="无",
@@ -52,7 +56,11 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                cache="首次的编译缓存", cache_empty="空", cache_run="该次训练的",
                batches="批数", shapes="形状数", padding="源端填充", row_steps="每个输出词元的行 × 步数",
-               group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）"),
+               group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）",
+               run="运行", to_bleu="达到开发集 BLEU 的分钟数", not_reached="未达到",
+               last_bleu="最后一轮的开发集 BLEU（贪心）", eval_dev="eval.py 开发集结果（检查点、解码、BLEU）",
+               settings="设置", seeds="种子数", ratio="时间 ÷ 预设的", dev_beam="开发集 BLEU，束搜索（均值 ± 标准差）",
+               difference="差", verdict="结论"),
 }
 
 
@@ -160,9 +168,42 @@ def footprint(all_records, w):
     return table([w["group"], w["download"], w["installed"], "Python", w["date"]], rows)
 
 
+def time_to_quality(all_records, w):
+    """bench/time_to_quality.py's runs side by side: minutes to each dev BLEU and the final figures."""
+    rows = []
+    for r in (r for r in all_records if r["kind"] == "time_to_quality"):
+        for run in r["figures"]["runs"]:
+            reached = " · ".join(f"{t}: {w['not_reached'] if m is None else f'{m:.1f}'}"
+                                 for t, m in run["minutes_to"].items())
+            rows.append([run["label"], r["machine"]["class"], flags(r, w), run["precision"], run["epochs"],
+                         f"{run['minutes']:.1f}", reached, f"{run['last_dev_bleu']:.2f}", run["eval_dev"] or "–",
+                         r["date"], r["commit"], f"`{r['command']}`", f"[{w['record']}](records/{r['file']})"])
+    return table([w["run"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["to_bleu"],
+                  w["last_bleu"], w["eval_dev"], w["date"], w["commit"], w["command"], w["record"]], rows)
+
+
+def recipes(all_records, w):
+    """ablate.py --table recipes' rows (its --record): each recipe's minutes, its share of the
+    preset's, its dev beam BLEU over the seeds and the verdict by ablate.TARGET."""
+    rows = []
+    for r in (r for r in all_records if r["kind"] == "recipes"):
+        for row in r["figures"]["rows"]:
+            rows.append([row["name"], f"`{row['settings']}`" if row["settings"] else "–", r["machine"]["class"],
+                         flags(r, w), ", ".join(row["precision"]), row["seeds"],
+                         "–" if row["minutes"] is None else f"{row['minutes']:.1f}",
+                         "–" if row["ratio"] is None else f"{row['ratio']:.2f}",
+                         f"{row['beam']:.2f} ± {row['sd']:.2f}", f"{row['difference']:+.2f}", row["verdict"],
+                         ", ".join(row["date"]), ", ".join(row["commit"]), f"`{r['command']}`",
+                         f"[{w['record']}](records/{r['file']})"])
+    return table([w["run"], w["settings"], w["cpu"], w["bf16"], w["trained"], w["seeds"], w["minutes"], w["ratio"],
+                  w["dev_beam"], w["difference"], w["verdict"], w["date"], w["commit"], w["command"], w["record"]],
+                 rows)
+
+
 TABLES = {"quickstart": quickstart, "footprint": footprint, "memory": memory, "results": results,
           "results_full": lambda rs, w: results(rs, w, full=True), "translate_speed": translate_speed,
-          "translate_batches": translate_batches}
+          "translate_batches": translate_batches, "time_to_quality": time_to_quality,
+          "recipes": recipes}
 
 
 # Numbers in the documents that are not measured here, each with what it is

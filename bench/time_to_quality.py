@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's modules
 
+from support import records  # noqa: E402
 from support.pictures import read_history, wall_seconds  # noqa: E402
 from support.utils import UserError, machine, run_cli  # noqa: E402
 
@@ -43,22 +44,30 @@ def evaluated(logdir):
     return os.path.basename(max(found, key=os.path.getmtime))[:-len(".txt")] if found else None
 
 
-def table(logdirs, labels, thresholds):
-    """The markdown table of the runs, a row a run, and its header lines."""
+def run_figures(logdir, label, thresholds):
+    """What the table shows of one run: its precision, epochs, minutes in all and to each threshold
+    (None: not reached), last epoch's dev BLEU and eval.py's newest dev result (None: not run)."""
+    history = read_history(os.path.join(logdir, "history.jsonl"))
+    if not history:
+        raise UserError(f"{logdir}: history.jsonl holds no epoch yet: train it first")
+    return dict(label=label, logdir=logdir,
+                precision=" then ".join(dict.fromkeys(h.get("precision", "?") for h in history)),  # in order
+                epochs=len(history), minutes=wall_seconds(history) / 60,
+                minutes_to={f"{t:g}": minutes_to(history, t) for t in thresholds},
+                last_dev_bleu=history[-1]["dev_bleu"], eval_dev=evaluated(logdir))
+
+
+def table(runs, machine_text):
+    """The markdown table of the runs (run_figures' dicts), a row a run, and its header lines."""
+    thresholds = list(runs[0]["minutes_to"])
     columns = ["run", "precision", "epochs", "training minutes",
-               *(f"minutes to dev BLEU {t:g}" for t in thresholds), "last epoch's dev BLEU", "eval.py on dev"]
-    lines = [f"Machine: {machine()}", "",
+               *(f"minutes to dev BLEU {t}" for t in thresholds), "last epoch's dev BLEU", "eval.py on dev"]
+    lines = [f"Machine: {machine_text}", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for logdir, label in zip(logdirs, labels):
-        history = read_history(os.path.join(logdir, "history.jsonl"))
-        if not history:
-            raise UserError(f"{logdir}: history.jsonl holds no epoch yet: train it first")
-        precision = " then ".join(dict.fromkeys(h.get("precision", "?") for h in history))  # as trained, in order
-        total = wall_seconds(history) / 60
-        reached = [minutes_to(history, t) for t in thresholds]
-        cells = [label, precision, str(len(history)), f"{total:.1f}",
-                 *("not reached" if m is None else f"{m:.1f}" for m in reached),
-                 f"{history[-1]['dev_bleu']:.2f}", evaluated(logdir) or "not run"]
+    for run in runs:
+        cells = [run["label"], run["precision"], str(run["epochs"]), f"{run['minutes']:.1f}",
+                 *("not reached" if m is None else f"{m:.1f}" for m in run["minutes_to"].values()),
+                 f"{run['last_dev_bleu']:.2f}", run["eval_dev"] or "not run"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -69,6 +78,8 @@ def main(argv=None):
     p.add_argument("runs", nargs="+", help="run folders (train.py's --logdir), each with its history.jsonl")
     p.add_argument("--labels", nargs="+", help="a name for each run (default: its folder)")
     p.add_argument("--thresholds", default="30,35,40", help="the dev BLEU figures to time, comma-separated")
+    p.add_argument("--record", metavar="PATH", help="also write the figures as a record (support/records.py) "
+                                                    "for bench/tables.py to draw in docs/results.md")
     args = p.parse_args(argv)
     labels = args.labels or args.runs
     if len(labels) != len(args.runs):
@@ -77,7 +88,12 @@ def main(argv=None):
         thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
     except ValueError:
         p.error(f"--thresholds {args.thresholds!r}: give numbers separated by commas, e.g. 30,35,40")
-    print(table(args.runs, labels, thresholds))
+    runs = [run_figures(logdir, label, thresholds) for logdir, label in zip(args.runs, labels)]
+    print(table(runs, machine()))
+    if args.record:
+        precision = ", ".join(dict.fromkeys(run["precision"] for run in runs))
+        records.write(args.record, records.make("time_to_quality", dict(thresholds=thresholds, runs=runs), precision))
+        print(f"wrote the figures to {args.record}")
     return 0
 
 

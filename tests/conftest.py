@@ -152,6 +152,16 @@ def corpus(tmp_path_factory):
 RUNNER = script_runner.Runner()  # this test process's fork server, started on first use
 
 
+def bench_module(name):
+    """A script of bench/ as a module, loaded by its path: "tables" alone may name another package
+    (PyTables)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_script(*args, cwd=ROOT, timeout=600):
     """Run one of the project's scripts with this interpreter; returns the CompletedProcess. A
     script file runs in a process forked from a server that has Keras imported already

@@ -13,7 +13,7 @@ import pytest
 import hyperparams
 from ablate import RECIPES, TABLE_BASE, VARIANTS, summarize, verdict
 from support.pictures import wall_seconds
-from conftest import run_script
+from conftest import bench_module, run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
 # block a side (the bookkeeping does not depend on its size)
@@ -156,7 +156,8 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
                     commit="abc1234", date="2026-12-05", machine="a CPU")
     monkeypatch.setattr(ablate, "measure", measure)
     table = tmp_path / "recipes.md"
-    ablate.main(["--table", "recipes", "--output", str(table)])
+    record = tmp_path / "recipes-record.json"
+    ablate.main(["--table", "recipes", "--output", str(table), "--record", str(record)])
     assert trained == [(name, seed) for name in RECIPES for seed in (1, 2, 3)]
     text = table.read_text(encoding="utf-8")
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")] for line in text.splitlines()
@@ -167,6 +168,16 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
     assert rows["linear_10"][9:12] == ["0.47", "-0.40", "misses the target: 0.47 of the preset's minutes and 0.40 "
                                           "BLEU below the preset"]
     assert rows["linear_12"][9:12] == ["0.56", "+0.10", "misses the target: 0.56 of the preset's minutes"]
+    # the record holds the same rows, and bench/tables.py draws them as results.md's table
+    from support import records
+    kept = dict(records.read(record), file="recipes-record.json")
+    assert kept["kind"] == "recipes" and kept["command"].startswith("ablate.py --table recipes")
+    tables = bench_module("tables")
+    drawn = {line.split(" | ")[0][2:]: line.split(" | ") for line in
+             tables.recipes([kept], tables.WORDS["en"]).splitlines()[2:]}
+    assert list(drawn) == list(RECIPES) and drawn["linear_8"][1] == f"`{' '.join(RECIPES['linear_8'][0])}`"
+    assert drawn["linear_8"][5:11] == ["3", "12.5", "0.39", rows["linear_8"][6], "-0.20", "meets the target"]
+    assert drawn["linear_12"][10] == rows["linear_12"][11]
     figures["linear_8"] = (42.5, 14.0)
     ablate.main(["--table", "recipes", "--output", str(table), "--only", "linear_8", "--seeds", "1,2"])
     assert "| 2 seeds a side: the target needs 3 |" in table.read_text(encoding="utf-8")

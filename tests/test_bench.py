@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import run_script
+from conftest import bench_module, run_script
 
 
 @pytest.mark.slow
@@ -118,8 +118,9 @@ def test_time_to_quality_reads_each_runs_clock_and_dev_bleu(quick_start, tmp_pat
             f.write(json.dumps(dict(h, elapsed_seconds=h["elapsed_seconds"] - (offset if k >= half else 0))) + "\n")
     low, high = history[0]["dev_bleu"] + 0.01, max(h["dev_bleu"] for h in history)
     first = next(h for h in history if h["dev_bleu"] >= low)
+    record = tmp_path / "ttq.json"
     run = run_script("bench/time_to_quality.py", str(quick_start.log), str(resumed), "--labels", "sample",
-                     "resumed", "--thresholds", f"{low},{high},1000")
+                     "resumed", "--thresholds", f"{low},{high},1000", "--record", str(record))
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith("Machine: ") and "bfloat16 instructions" in run.stdout and "AMX" in run.stdout
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| ")}
@@ -131,6 +132,16 @@ def test_time_to_quality_reads_each_runs_clock_and_dev_bleu(quick_start, tmp_pat
     assert rows["resumed"][4] == rows["sample"][4] and rows["resumed"][5] == rows["sample"][5]
     assert rows["sample"][8].startswith("dev_") or rows["sample"][8] == "not run |"
     assert rows["resumed"][8] == "not run |"
+    # the record holds the same figures, and bench/tables.py draws them as results.md's table
+    from support import records
+    tables = bench_module("tables")
+    kept = dict(records.read(record), file="ttq.json")
+    assert kept["kind"] == "time_to_quality" and [r["label"] for r in kept["figures"]["runs"]] == ["sample", "resumed"]
+    drawn = {line.split(" | ")[0][2:]: line.split(" | ") for line in
+             tables.time_to_quality([kept], tables.WORDS["en"]).splitlines()[2:]}
+    assert drawn["resumed"][5] == rows["sample"][3] and drawn["resumed"][7] == rows["sample"][7]
+    assert drawn["sample"][6].startswith(f"{low:g}: {rows['sample'][4]} · ") and drawn["sample"][6].endswith(
+        "1000: not reached")
     bad = run_script("bench/time_to_quality.py", str(tmp_path / "none"))
     assert bad.returncode == 2 and "history.jsonl" in bad.stderr
 

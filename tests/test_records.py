@@ -1,6 +1,5 @@
 """The documents' figures come from records: bench/tables.py draws each table from docs/records/ and
 finds every figure outside the tables that no record has."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,14 +7,11 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, bench_module
 
 from support import records
 
-# bench/tables.py, by its path: "tables" alone may name another package (PyTables)
-_spec = importlib.util.spec_from_file_location("bench_tables", os.path.join(ROOT, "bench", "tables.py"))
-tables = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tables)
+tables = bench_module("tables")
 
 
 def test_every_table_is_its_records_and_every_figure_has_one():
