@@ -407,6 +407,7 @@ def write_record(path, rows, args, seeds, argv, unfinished):
     kept = ("seeds", "greedy", "beam", "sd", "loss", "minutes", "ratio", "difference", "verdict", "precision",
             "commit", "date", "machine")
     figures = dict(table=args.table, preset=args.preset, seeds=seeds, unfinished=unfinished[0],
+                   **(dict(target_ratio=TARGET_RATIO, target_bleu=TARGET_BLEU) if args.table == "recipes" else {}),
                    rows=[dict(name=name, what=what, settings=" ".join(train_args + eval_args),
                               **{key: row[key] for key in kept})
                          for name, row in rows.items() for train_args, eval_args, what in [variants[name]]])

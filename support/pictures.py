@@ -115,7 +115,8 @@ def plot_ablations(rows, output):
         if s != d:
             ax.text(s * 0.97, y, f"{d:+.1f} (bar cut)", va="center", ha="left" if d < 0 else "right", color="white",
                     fontsize=8, fontweight="bold")
-    ax.set_xlim(-limit if min(shown) < 0 else -0.1 * limit, limit if max(shown) > 0 else 0.1 * limit)
+    ax.set_xlim(-limit if min(shown, default=0) < 0 else -0.1 * limit,  # none shown: the preset's runs alone
+                limit if max(shown, default=0) > 0 else 0.1 * limit)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0.0, color="black", linewidth=0.8)

@@ -120,6 +120,9 @@ def test_an_ablation_bar_far_beyond_the_others_is_cut_with_its_value_written(tmp
     assert -5 < left < -2 and 2 <= right < 5  # the small bars fill the axis
     assert [t.get_text() for t in ax.texts] == ["-38.1 (bar cut)"]
     assert (tmp_path / "a.png").read_bytes().startswith(PNG)
+    # the preset's runs alone (ablate.py --table recipes before any recipe has trained): an empty chart
+    plot_ablations({"preset": rows["preset"]}, str(tmp_path / "b.png"))
+    assert (tmp_path / "b.png").read_bytes().startswith(PNG)
 
 
 def test_the_architecture_pairs_every_residual_and_feeds_every_cross_attention(tmp_path):
