@@ -88,6 +88,9 @@ INLINE_NOT_RUN = [
      r"( --ledger docs/ablations.json)?( --precision float32)?$",
      "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
     ("docs/ablations.md", r"python bench/train_speed\.py --preset multi30k", FIGURE),
+    ("docs/recipes.md", r"python ablate\.py --table recipes( --report)? --output docs/recipes\.md( --record \S+)?$",
+     "trains or reports the whole recipe search (hours, alone on the machine); tests/test_ablate.py runs --table "
+     "recipes on made-up figures and README's fenced ablate.py command runs one row of the ablations"),
     ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
      "four trainings at the multi30k_reference size (hours); tests/test_reference.py runs the same command at test "
      "size (one epoch of a tiny model a run)"),
