@@ -376,7 +376,7 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
              f"each run's figures, with its machine, date and commit, are in "
              f"[{os.path.basename(ledger)}]({os.path.relpath(ledger, os.path.dirname(path) or '.')})."
-             + (f" Runs not finished yet: {unfinished[0]} of the {unfinished[1]} asked for; a row with fewer "
+             + (f" Runs not finished yet: {unfinished[0]} of the {unfinished[1]} the table trains; a row with fewer "
                 f"seeds is the mean of those that have, and `python ablate.py "
                 f"{' '.join(a for a in argv if a != '--report')}` trains the rest." if unfinished[0] else ""),
              "", f"![Each row's difference to the preset, with the margin the rule needs]"

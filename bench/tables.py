@@ -46,7 +46,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                run="run", to_bleu="minutes to dev BLEU", not_reached="not reached",
                last_bleu="last epoch's dev BLEU (greedy)", eval_dev="eval.py on dev (checkpoint, decoding, BLEU)",
                settings="settings", seeds="seeds", ratio="time ÷ preset's", dev_beam="dev BLEU beam (mean ± sd)",
-               difference="difference", verdict="verdict"),
+               difference="difference", verdict="verdict", as_above="as above"),
     "zh": dict(cpu="CPU（2 核）", bf16="bfloat16 / AMX", trained="训练精度", epochs="轮数",
                minutes="训练（分钟）", decoding="解码", sacrebleu="测试 sacreBLEU", ref="测试（参考实现的算法）",
                preset="预设", split="数据", date="日期", commit="提交", command="命令", yes="有", no="无",
@@ -60,7 +60,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                run="运行", to_bleu="达到开发集 BLEU 的分钟数", not_reached="未达到",
                last_bleu="最后一轮的开发集 BLEU（贪心）", eval_dev="eval.py 开发集结果（检查点、解码、BLEU）",
                settings="设置", seeds="种子数", ratio="时间 ÷ 预设的", dev_beam="开发集 BLEU，束搜索（均值 ± 标准差）",
-               difference="差", verdict="结论"),
+               difference="差", verdict="结论", as_above="同上"),
 }
 
 
@@ -172,12 +172,13 @@ def time_to_quality(all_records, w):
     """bench/time_to_quality.py's runs side by side: minutes to each dev BLEU and the final figures."""
     rows = []
     for r in (r for r in all_records if r["kind"] == "time_to_quality"):
-        for run in r["figures"]["runs"]:
+        for k, run in enumerate(r["figures"]["runs"]):
             reached = " · ".join(f"{t}: {w['not_reached'] if m is None else f'{m:.1f}'}"
                                  for t, m in run["minutes_to"].items())
             rows.append([run["label"], r["machine"]["class"], flags(r, w), run["precision"], run["epochs"],
                          f"{run['minutes']:.1f}", reached, f"{run['last_dev_bleu']:.2f}", run["eval_dev"] or "–",
-                         r["date"], r["commit"], f"`{r['command']}`", f"[{w['record']}](records/{r['file']})"])
+                         r["date"], r["commit"], w["as_above"] if k else f"`{r['command']}`",
+                         f"[{w['record']}](records/{r['file']})"])
     return table([w["run"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["to_bleu"],
                   w["last_bleu"], w["eval_dev"], w["date"], w["commit"], w["command"], w["record"]], rows)
 
@@ -187,13 +188,13 @@ def recipes(all_records, w):
     preset's, its dev beam BLEU over the seeds and the verdict by ablate.TARGET."""
     rows = []
     for r in (r for r in all_records if r["kind"] == "recipes"):
-        for row in r["figures"]["rows"]:
+        for k, row in enumerate(r["figures"]["rows"]):
             rows.append([row["name"], f"`{row['settings']}`" if row["settings"] else "–", r["machine"]["class"],
                          flags(r, w), ", ".join(row["precision"]), row["seeds"],
                          "–" if row["minutes"] is None else f"{row['minutes']:.1f}",
                          "–" if row["ratio"] is None else f"{row['ratio']:.2f}",
                          f"{row['beam']:.2f} ± {row['sd']:.2f}", f"{row['difference']:+.2f}", row["verdict"],
-                         ", ".join(row["date"]), ", ".join(row["commit"]), f"`{r['command']}`",
+                         ", ".join(row["date"]), ", ".join(row["commit"]), w["as_above"] if k else f"`{r['command']}`",
                          f"[{w['record']}](records/{r['file']})"])
     return table([w["run"], w["settings"], w["cpu"], w["bf16"], w["trained"], w["seeds"], w["minutes"], w["ratio"],
                   w["dev_beam"], w["difference"], w["verdict"], w["date"], w["commit"], w["command"], w["record"]],
