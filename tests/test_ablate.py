@@ -74,7 +74,8 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     assert "train.py" not in report.stdout and "not trained yet" in report.stdout
     text = table.read_text(encoding="utf-8")
     assert "| pre_norm |" in text and "| no_positions |" not in text
-    assert "Runs not finished yet: 1 of the 3 the table trains;" in text and "python ablate.py --preset sample --only" in text
+    assert "Runs not finished yet: 1 of the 3 the table trains;" in text
+    assert "python ablate.py --preset sample --only" in text
     assert text.endswith("|\n\n" + own) and text.count("## Written by hand") == 1  # the document's own section
     bad = run_script("ablate.py", "--only", "no_such_row", "--runs", str(runs))
     assert bad.returncode == 2 and "unknown variant no_such_row" in bad.stderr
