@@ -180,7 +180,7 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
     if history is None:
         if report_only:
             return None
-        started = dict(commit=commit(), date=datetime.date.today().isoformat(), machine=machine())  # the code run
+        started = dict(commit=records.commit(), date=datetime.date.today().isoformat(), machine=machine())  # the code
         out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed),
                                       *table_base.get(preset, ([],))[0], *train_args, *extra])
         history = trained(logdir)
@@ -326,11 +326,6 @@ def summarize(results, table="ablations"):
     return rows
 
 
-def commit():
-    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    return run.stdout.strip() if run.returncode == 0 else "unknown"
-
-
 def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, unfinished=(0, 0), table="ablations"):
     """The table's document (docs/ablations.md, or the recipes'), where its picture and ledger are, and
     how the figures were made; unfinished: (runs left out as not finished (--report), runs asked for)."""
@@ -372,7 +367,7 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
     title = f"Shorter recipes for the {preset} preset" if table == "recipes" else f"Ablations of the {preset} preset"
     lines = [f"# {title}", "", intro, "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
-             f"{datetime.date.today().isoformat()} at commit {commit()}). The runs were trained on "
+             f"{datetime.date.today().isoformat()} at commit {records.commit()}). The runs were trained on "
              f"{each('date')} at commit {each('commit')}, on {each('machine')}, in {each('precision')}; "
              f"each run's figures, with its machine, date and commit, are in "
              f"[{os.path.basename(ledger)}]({os.path.relpath(ledger, os.path.dirname(path) or '.')})."
