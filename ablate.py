@@ -21,15 +21,18 @@ only when named). A run that finished is not trained again, an interrupted one r
 stopped (train.py resumes from its checkpoints), and each run's scores are kept in its folder
 (ablation.json), so the command can be stopped and started again at any point. They are kept in a
 ledger beside the table too (<table>.json unless --ledger names another file, e.g.
-docs/ablations.json, with the machine, date and commit of each run): a run recorded there is not
-trained again, so one table can be finished over several sessions or machines; a row that decodes
-the preset's runs another way needs those runs' checkpoints, and trains them again where they are
-not on this machine. Settings after the options (`--name value`) apply to every run (the dry run
+docs/ablations.json, with the machine, date, commit and settings of each run): a run recorded there
+is not trained again, so one table can be finished over several sessions or machines, unless its
+settings are no longer its row's (the preset changed, say): then it trains again, and a finished
+run folder of other settings is refused rather than counted. A row that decodes the preset's runs
+another way needs those runs' checkpoints, and trains them again where they are not on this
+machine. Settings after the options (`--name value`) apply to every run (the dry run
 above trains one epoch). Everything is measured on dev: the table is for choosing, and test figures
 are not computed here. The table's document is rewritten down to its first `## ` heading; sections
 from there on are the document's own (written by hand) and are kept.
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -166,6 +169,9 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
     train_args, eval_args, _ = variants[variant]
     folder = BASELINE if not train_args else variant
     logdir, name = os.path.join(runs, folder, f"seed{seed}"), f"{folder}/seed{seed}"
+    command = ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *table_base.get(preset, ([],))[0],
+               *train_args, *extra]  # train.py's
+    wanted = run_settings(hyperparams.parse_args("", command)[0])
     key = " ".join(eval_args) or "as trained"
     scores_path = os.path.join(logdir, "ablation.json")
     scores = {}
@@ -173,16 +179,23 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
         with open(scores_path, encoding="utf-8") as f:
             scores = json.load(f)
     history = trained(logdir)
+    if history is not None and (changed := differences(run_settings(hyperparams.load_hparams(logdir)), wanted)):
+        raise UserError(f"{logdir} trained other settings than {name} trains now ({changed}): move that folder "
+                        f"away (or give another --runs) to train it again")
     recorded = ledger["runs"].get(name)
-    if history is None and recorded and recorded.get("preset") == preset and recorded.get("settings") == extra:
-        if key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
+    if history is None and recorded and recorded.get("preset") == preset:
+        # (an entry from before the ledger kept a run's settings: only those given to every run compared)
+        changed = (differences(recorded["hparams"], wanted) if "hparams" in recorded
+                   else "" if recorded.get("settings") == extra else "the settings given to every run")
+        if not changed and key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
             return figures(recorded, key, train_args or variant == BASELINE)
+        if changed and not report_only:
+            print(f"{name}: the ledger's run trained other settings ({changed}): training it again", flush=True)
     if history is None:
         if report_only:
             return None
         started = dict(commit=records.commit(), date=datetime.date.today().isoformat(), machine=machine())  # the code
-        out = run_script("train.py", ["--preset", preset, "--logdir", logdir, "--seed", str(seed),
-                                      *table_base.get(preset, ([],))[0], *train_args, *extra])
+        out = run_script("train.py", command)
         history = trained(logdir)
         scores = dict(started, precision=re.search(r"precision (\S+),", out).group(1))  # train.py's devices line
     if scores.get("epochs") not in (None, len(history)):  # scores of an earlier state of the run
@@ -201,10 +214,24 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
     last = history[-1]
     scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
-    ledger["runs"][name] = dict(scores, preset=preset, settings=extra,  # the translations stay with the run
+    ledger["runs"][name] = dict(scores, preset=preset, settings=extra, hparams=wanted,  # not its translations
                                 evals={k: {f: v for f, v in e.items() if f != "hypotheses"} for k, e in evals.items()})
     write_text(ledger["path"], json.dumps(ledger["runs"], indent=1, sort_keys=True) + "\n")
     return figures(scores, key, train_args or variant == BASELINE)
+
+
+def run_settings(hp):
+    """A run's settings as a dict, for comparing two runs: all but where the run is and the
+    languages (train.py takes those from the prepro folder)."""
+    settings = {k: v for k, v in dataclasses.asdict(hp).items() if k not in ("logdir", "src_lang", "tgt_lang")}
+    return json.loads(json.dumps(settings))  # as the ledger keeps them
+
+
+def differences(had, wanted):
+    """The settings that differ between two run_settings, in words ("" when none):
+    "--lr_decay rsqrt (now linear), ..."."""
+    return ", ".join(f"--{k} {had.get(k)} (now {wanted.get(k)})" for k in sorted(set(had) | set(wanted))
+                     if had.get(k) != wanted.get(k))
 
 
 def figures(scores, key, trains):

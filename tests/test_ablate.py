@@ -13,6 +13,7 @@ import pytest
 import hyperparams
 from ablate import RECIPES, TABLE_BASE, VARIANTS, summarize, verdict
 from support.pictures import wall_seconds
+from support.utils import UserError
 from conftest import bench_module, run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
@@ -139,6 +140,48 @@ def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tm
     script, args = calls[1]
     assert script == "train.py"
     assert args[args.index("--seed") + 2:] == [*RECIPES["linear_8"][0], "--precision", "float32"]
+
+
+def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypatch, tmp_path):
+    """After the preset (or a row) changed: a finished run folder that trained other settings is
+    refused with the settings that differ, and a ledger entry of other settings is trained again;
+    one of the same settings is taken as recorded."""
+    import ablate
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def run_script(script, args):
+        calls.append((script, args))
+        raise Stop
+
+    monkeypatch.setattr(ablate, "run_script", run_script)
+    runs, ledger = str(tmp_path / "runs"), dict(path=str(tmp_path / "ledger.json"), runs={})
+    logdir = os.path.join(runs, "pre_norm", "seed1")
+    hyperparams.save_hparams(hyperparams.preset("sample", norm="pre", num_epochs=1, lr=5e-4, seed=1, logdir=logdir),
+                             logdir)
+    with open(os.path.join(logdir, "history.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(dict(epoch=1, dev_bleu=1.0, elapsed_seconds=60.0)) + "\n")
+    with pytest.raises(UserError, match=r"trained other settings than pre_norm/seed1 trains now \(--lr 0.0005 "
+                                        r"\(now [\d.e-]+\)\): move that folder away"):
+        ablate.measure("sample", "pre_norm", 1, runs, ["--num_epochs", "1"], ledger)
+    assert calls == []
+    # the same settings: the finished run counts (eval.py is what runs next)
+    with pytest.raises(Stop):
+        ablate.measure("sample", "pre_norm", 1, runs, ["--num_epochs", "1", "--lr", "5e-4"], ledger)
+    assert calls.pop()[0] == "eval.py"
+    # the ledger: a run of the row's settings is taken as recorded, one of other settings trains again
+    command = ["--preset", "sample", "--logdir", "x", "--seed", "2", "--norm", "pre", "--num_epochs", "1"]
+    figures = dict(greedy=1.0, epochs=1, minutes=1.0, evals={"as trained": dict(beam=2.0, loss=3.0)})
+    ledger["runs"]["pre_norm/seed2"] = dict(figures, preset="sample", settings=["--num_epochs", "1"],
+                                            hparams=ablate.run_settings(hyperparams.parse_args("", command)[0]))
+    assert ablate.measure("sample", "pre_norm", 2, runs, ["--num_epochs", "1"], ledger)["beam"] == 2.0
+    assert calls == []
+    ledger["runs"]["pre_norm/seed2"]["hparams"]["lr"] = 5e-4
+    with pytest.raises(Stop):
+        ablate.measure("sample", "pre_norm", 2, runs, ["--num_epochs", "1"], ledger)
+    assert calls.pop()[0] == "train.py"
 
 
 def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_the_target(monkeypatch, tmp_path):
