@@ -110,20 +110,28 @@ def test_a_third_seed_is_trained_only_where_the_rule_asks_for_it(monkeypatch, tm
     assert "worse on 2 seeds: needs more" in table.read_text()
 
 
-def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tmp_path):
-    """multi30k's table measures the 12-epoch recipe it was begun with: each run's train.py gets that
-    first, then the row's own settings (which win), then the settings given to every run."""
+class Stop(Exception):
+    """Raised where ablate.py would run a script (stop_scripts)."""
+
+
+def stop_scripts(monkeypatch):
+    """ablate.run_script replaced: each call is kept in the list returned ((script, args)), then Stop."""
     import ablate
     calls = []
-
-    class Stop(Exception):
-        pass
 
     def run_script(script, args):
         calls.append((script, args))
         raise Stop
 
     monkeypatch.setattr(ablate, "run_script", run_script)
+    return calls
+
+
+def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tmp_path):
+    """multi30k's table measures the 12-epoch recipe it was begun with: each run's train.py gets that
+    first, then the row's own settings (which win), then the settings given to every run."""
+    import ablate
+    calls = stop_scripts(monkeypatch)
     with pytest.raises(Stop):
         ablate.measure("multi30k", "longer_averaged", 1, str(tmp_path), ["--precision", "float32"],
                        dict(path=str(tmp_path / "ledger.json"), runs={}))
@@ -147,16 +155,7 @@ def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypa
     refused with the settings that differ, and a ledger entry of other settings is trained again;
     one of the same settings is taken as recorded."""
     import ablate
-    calls = []
-
-    class Stop(Exception):
-        pass
-
-    def run_script(script, args):
-        calls.append((script, args))
-        raise Stop
-
-    monkeypatch.setattr(ablate, "run_script", run_script)
+    calls = stop_scripts(monkeypatch)
     runs, ledger = str(tmp_path / "runs"), dict(path=str(tmp_path / "ledger.json"), runs={})
     logdir = os.path.join(runs, "pre_norm", "seed1")
     hyperparams.save_hparams(hyperparams.preset("sample", norm="pre", num_epochs=1, lr=5e-4, seed=1, logdir=logdir),
