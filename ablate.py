@@ -184,9 +184,10 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
                         f"away (or give another --runs) to train it again")
     recorded = ledger["runs"].get(name)
     if history is None and recorded and recorded.get("preset") == preset:
-        # (an entry from before the ledger kept a run's settings: only those given to every run compared)
-        changed = (differences(recorded["hparams"], wanted) if "hparams" in recorded
-                   else "" if recorded.get("settings") == extra else "the settings given to every run")
+        if "hparams" in recorded:
+            changed = differences(recorded["hparams"], wanted)
+        else:  # an entry from before the ledger kept a run's settings: only those given to every run compared
+            changed = "" if recorded.get("settings") == extra else "the settings given to every run"
         if not changed and key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
             return figures(recorded, key, train_args or variant == BASELINE)
         if changed and not report_only:
@@ -230,8 +231,7 @@ def run_settings(hp):
 def differences(had, wanted):
     """The settings that differ between two run_settings, in words ("" when none):
     "--lr_decay rsqrt (now linear), ..."."""
-    return ", ".join(f"--{k} {had.get(k)} (now {wanted.get(k)})" for k in sorted(set(had) | set(wanted))
-                     if had.get(k) != wanted.get(k))
+    return ", ".join(f"--{k} {was} (now {now})" for k, (was, now) in hyperparams.changed(had, wanted).items())
 
 
 def figures(scores, key, trains):

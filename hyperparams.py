@@ -287,6 +287,16 @@ def field_names():
     return [f.name for f in dataclasses.fields(Hparams)]
 
 
+def changed(had, wanted):
+    """The settings two runs differ in, {field: (had's value, wanted's)}, in field order: each
+    side an Hparams or a dict of its fields (as hparams.json or a ledger keeps them); a field
+    one side lacks counts as None there."""
+    had, wanted = ({f: getattr(h, f) for f in field_names()} if isinstance(h, Hparams) else h
+                   for h in (had, wanted))
+    names = field_names() + sorted((set(had) | set(wanted)) - set(field_names()))
+    return {f: (had.get(f), wanted.get(f)) for f in names if had.get(f) != wanted.get(f)}
+
+
 def preset(name, **changes):
     """The Hparams of preset `name`, with the settings in changes instead of its own, as
     `--<name> value` on a command line would set them: preset("sample", norm="pre")."""

@@ -177,7 +177,7 @@ def resume_changes(hp):
     weights were trained with its saved values. Writes nothing."""
     saved = hyperparams.load_hparams(hp.logdir)
     path = os.path.join(hp.logdir, "hparams.json")
-    diff = [f for f in hyperparams.field_names() if getattr(saved, f) != getattr(hp, f)]
+    diff = list(hyperparams.changed(saved, hp))
     fixed = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in diff if f not in hyperparams.RESUMABLE_FIELDS]
     if fixed:
         raise UserError(f"{path}: this run was trained with other settings "

@@ -168,6 +168,12 @@ def footprint(all_records, w):
     return table([w["group"], w["download"], w["installed"], "Python", w["date"]], rows)
 
 
+def command_and_record(r, w, k):
+    """The last two cells of a record's k-th row: its command (the first row only; "as above"
+    after it) and the link to the record."""
+    return [w["as_above"] if k else f"`{r['command']}`", f"[{w['record']}](records/{r['file']})"]
+
+
 def time_to_quality(all_records, w):
     """bench/time_to_quality.py's runs side by side: minutes to each dev BLEU and the final figures."""
     rows = []
@@ -177,8 +183,7 @@ def time_to_quality(all_records, w):
                                  for t, m in run["minutes_to"].items())
             rows.append([run["label"], r["machine"]["class"], flags(r, w), run["precision"], run["epochs"],
                          f"{run['minutes']:.1f}", reached, f"{run['last_dev_bleu']:.2f}", run["eval_dev"] or "–",
-                         r["date"], r["commit"], w["as_above"] if k else f"`{r['command']}`",
-                         f"[{w['record']}](records/{r['file']})"])
+                         r["date"], r["commit"], *command_and_record(r, w, k)])
     return table([w["run"], w["cpu"], w["bf16"], w["trained"], w["epochs"], w["minutes"], w["to_bleu"],
                   w["last_bleu"], w["eval_dev"], w["date"], w["commit"], w["command"], w["record"]], rows)
 
@@ -194,8 +199,7 @@ def recipes(all_records, w):
                          "–" if row["minutes"] is None else f"{row['minutes']:.1f}",
                          "–" if row["ratio"] is None else f"{row['ratio']:.2f}",
                          f"{row['beam']:.2f} ± {row['sd']:.2f}", f"{row['difference']:+.2f}", row["verdict"],
-                         ", ".join(row["date"]), ", ".join(row["commit"]), w["as_above"] if k else f"`{r['command']}`",
-                         f"[{w['record']}](records/{r['file']})"])
+                         ", ".join(row["date"]), ", ".join(row["commit"]), *command_and_record(r, w, k)])
     return table([w["run"], w["settings"], w["cpu"], w["bf16"], w["trained"], w["seeds"], w["minutes"], w["ratio"],
                   w["dev_beam"], w["difference"], w["verdict"], w["date"], w["commit"], w["command"], w["record"]],
                  rows)

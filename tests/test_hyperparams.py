@@ -110,6 +110,17 @@ def test_saved_settings_round_trip_and_overrides(tmp_path):
     assert got.d_model == 32 and got.eval_tokens_per_batch == 100
 
 
+def test_changed_names_each_setting_two_runs_differ_in_whichever_way_they_are_kept():
+    a, b = hyperparams.preset("sample"), hyperparams.preset("sample", lr=2e-3, num_epochs=3)
+    assert hyperparams.changed(a, b) == {"num_epochs": (30, 3), "lr": (1e-3, 2e-3)}  # in field order
+    assert hyperparams.changed(a, a) == {}
+    kept = json.loads(json.dumps(dataclasses.asdict(a)))  # as hparams.json or a ledger keeps them
+    assert hyperparams.changed(kept, b) == hyperparams.changed(a, b)
+    del kept["lr"]
+    assert hyperparams.changed(kept, dict(kept, extra=1)) == {"extra": (None, 1)}
+    assert hyperparams.changed(kept, a) == {"lr": (None, 1e-3)}
+
+
 def test_settings_saved_before_output_vocab_existed_mean_the_whole_vocabulary(tmp_path):
     path = hyperparams.save_hparams(hyperparams.preset("sample"), str(tmp_path))
     saved = json.load(open(path))
