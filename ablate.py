@@ -7,8 +7,8 @@ greedy decoding and with the preset's beam search, dev loss per target token, th
 deviation, minutes, and each variant's difference to the preset with a verdict in plain words by a
 stated rule (RULE: Student's t test on the seeds, 5%, three seeds a side for "better" or "worse");
 and a bar chart of the differences. With --table recipes it trains RECIPES instead: shorter ways
-to train the preset, three seeds each beside the preset's own, each judged by TARGET (its share of
-the preset's training minutes, its dev BLEU against the preset's).
+to train the preset, three seeds each beside the preset's recipe before them (RECIPES_BASE), each
+judged by TARGET (its share of that recipe's training minutes, its dev BLEU against that recipe's).
 
     python ablate.py --preset multi30k --output docs/ablations.md   # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
@@ -98,17 +98,20 @@ VARIANTS = {
 BASELINE = "preset"
 # preset: (settings every run of its table trains with before its row's own, why): the recipe the
 # table measures, where the preset has moved on since the table was begun.
-TABLE_BASE = {"multi30k": (["--num_epochs", "12", "--average_last", "1"],
-                           "the preset has since taken the row longer_averaged: 20 epochs, the last five averaged")}
+OLD_MULTI30K = ["--lr_decay", "rsqrt", "--lr", "1e-3", "--warmup_steps", "1200", "--dropout_rate", "0.15"]
+TABLE_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "12", "--average_last", "1"],
+                           "the preset's recipe when the table was measured; it has since taken the row "
+                           "longer_averaged and then the recipe linear_12 of docs/recipes.md")}
 
-# The recipes table (--table recipes): shorter ways to train the preset, each against the preset as
-# it is (no TABLE_BASE), on three seeds a side, judged by TARGET. Settings as VARIANTS'; a recipe's
-# --average_last is kept in its run's settings, so eval.py scores the weights the recipe averages.
+# The recipes table (--table recipes): shorter ways to train the preset, each against the preset's
+# recipe before the search (RECIPES_BASE), on three seeds a side, judged by TARGET. Settings as
+# VARIANTS'; a recipe's --average_last is kept in its run's settings, so eval.py scores the weights
+# the recipe averages.
 RECIPES = {
-    "preset": ([], [], "the preset as it is: the baseline every recipe is compared with"),
+    "preset": ([], [], "the preset's recipe before the search: the baseline every recipe is compared with"),
     "linear_8": (["--num_epochs", "8", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                   "--dropout_rate", "0.1", "--average_last", "1"], [],
-                 "8 epochs, the learning rate twice the preset's and falling linearly to 0 at the end, a "
+                 "8 epochs, the learning rate twice the preset row's and falling linearly to 0 at the end, a "
                  "quarter-epoch warmup, dropout 0.1, the last epoch's weights"),
     "linear_7": (["--num_epochs", "7", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                   "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 7 epochs"),
@@ -117,6 +120,8 @@ RECIPES = {
     "linear_12": (["--num_epochs", "12", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 12 epochs"),
 }
+RECIPES_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "20", "--average_last", "5"],
+                             "the preset's recipe before the search; it has since taken the recipe linear_12")}
 TARGET_RATIO, TARGET_BLEU = 0.40, 0.3
 TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0%} of the preset's minutes and "
           f"its mean dev beam BLEU is at most {TARGET_BLEU} below the preset's, with at least {{seeds}} seeds a "
@@ -124,7 +129,7 @@ TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0
           f"on the same machine with nothing else running")
 # --table: the rows, the recipe each run trains before its row's own settings (per preset), and
 # the seeds each row trains by default (the runs go to log/<table>/<preset>).
-TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, {}, "1,2,3")}
+TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, RECIPES_BASE, "1,2,3")}
 
 
 def run_script(script, args):
@@ -165,12 +170,8 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
     <run>/ablation.json and in the ledger (a run recorded there, trained in another session or on
     another machine, is not trained again). With report_only, a run that has not finished training
     is left alone (None)."""
-    variants, table_base, _ = TABLES[table]
-    train_args, eval_args, _ = variants[variant]
-    folder = BASELINE if not train_args else variant
-    logdir, name = os.path.join(runs, folder, f"seed{seed}"), f"{folder}/seed{seed}"
-    command = ["--preset", preset, "--logdir", logdir, "--seed", str(seed), *table_base.get(preset, ([],))[0],
-               *train_args, *extra]  # train.py's
+    train_args, eval_args, _ = TABLES[table][0][variant]
+    logdir, name, command = run_command(preset, variant, seed, runs, extra, table)
     wanted = run_settings(hyperparams.parse_args("", command)[0])
     key = " ".join(eval_args) or "as trained"
     scores_path = os.path.join(logdir, "ablation.json")
@@ -219,6 +220,17 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
                                 evals={k: {f: v for f, v in e.items() if f != "hypotheses"} for k, e in evals.items()})
     write_text(ledger["path"], json.dumps(ledger["runs"], indent=1, sort_keys=True) + "\n")
     return figures(scores, key, train_args or variant == BASELINE)
+
+
+def run_command(preset, variant, seed, runs, extra, table):
+    """Where one run of a table's row trains, its name in the ledger ("<folder>/seed<seed>") and
+    train.py's options for it: the table's base, then the row's settings, then extra."""
+    variants, table_base, _ = TABLES[table]
+    train_args = variants[variant][0]
+    folder = BASELINE if not train_args else variant
+    logdir = os.path.join(runs, folder, f"seed{seed}")
+    return logdir, f"{folder}/seed{seed}", ["--preset", preset, "--logdir", logdir, "--seed", str(seed),
+                                            *table_base.get(preset, ([],))[0], *train_args, *extra]
 
 
 def run_settings(hp):
@@ -365,18 +377,17 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
     scores = (f"scores it on dev: sacreBLEU greedy (the BLEU after the last epoch) and with the preset's beam search "
               f"(beam {hp.beam_size}, alpha {hp.alpha:g}, on the weights the run's --average_last says), and the "
               f"dev loss per target token, each the mean over the row's seeds (beam BLEU with its standard deviation)")
+    base = (f" as the table measures it (`{' '.join(table_base[preset][0])}`: {table_base[preset][1]})"
+            if preset in table_base else "")
     if table == "recipes":
-        intro = (f"Each row trains the {preset} preset with a shorter recipe, once per seed "
+        intro = (f"Each row trains the {preset} preset{base} with a shorter recipe, once per seed "
                  f"({', '.join(map(str, seeds))}), and {scores}. The difference is the row's beam BLEU minus "
                  f"the preset's; the time ratio is the row's minutes over the preset's. The target: "
                  f"{TARGET.format(seeds=MIN_SEEDS)}. Minutes are the wall time of training one seed, evaluation "
                  f"after each epoch included.")
         columns = "time ÷ preset's | difference | verdict"
     else:
-        intro = (f"Each row trains the {preset} preset"
-                 + (f" as the table measures it (`{' '.join(table_base[preset][0])}`: {table_base[preset][1]})"
-                    if preset in table_base else "")
-                 + f" with a few settings changed, once per seed "
+        intro = (f"Each row trains the {preset} preset{base} with a few settings changed, once per seed "
                  f"({', '.join(map(str, seeds))}"
                  + (f"; {', '.join(map(str, more_seeds))} too where the rule asks for more" if more_seeds else "")
                  + f"), and scores the last epoch on dev: sacreBLEU greedy (the "

@@ -10,11 +10,12 @@ import signal
 import numpy as np
 import pytest
 
+import ablate
 import hyperparams
-from ablate import RECIPES, TABLE_BASE, VARIANTS, summarize, verdict
+from ablate import RECIPES, RECIPES_BASE, TABLE_BASE, VARIANTS, summarize, verdict
 from support.pictures import wall_seconds
 from support.utils import UserError
-from conftest import bench_module, run_script
+from conftest import ROOT, bench_module, run_script
 
 # one epoch of the sample in 24 batches, a checkpoint every 5 steps (one to resume from), a model of one
 # block a side (the bookkeeping does not depend on its size)
@@ -85,7 +86,6 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
 def test_a_third_seed_is_trained_only_where_the_rule_asks_for_it(monkeypatch, tmp_path):
     """Two seeds a row; a row whose difference passes on two seeds gets seed 3, and the preset with
     it; a row within the seeds' variation does not (measure is replaced by made-up figures)."""
-    import ablate
     beams = {"preset": [41.4, 41.6, 41.5], "no_positions": [34.1, 34.3, 34.2], "pre_norm": [41.2, 41.9, 41.3]}
     trained = []
 
@@ -116,7 +116,6 @@ class Stop(Exception):
 
 def stop_scripts(monkeypatch):
     """ablate.run_script replaced: each call is kept in the list returned ((script, args)), then Stop."""
-    import ablate
     calls = []
 
     def run_script(script, args):
@@ -128,33 +127,38 @@ def stop_scripts(monkeypatch):
 
 
 def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tmp_path):
-    """multi30k's table measures the 12-epoch recipe it was begun with: each run's train.py gets that
-    first, then the row's own settings (which win), then the settings given to every run."""
-    import ablate
+    """multi30k's tables measure the recipe the preset had before it took linear_12 (the ablations
+    at 12 epochs, the last epoch's weights): each run's train.py gets that first, then the row's own
+    settings (which win), then the settings given to every run."""
     calls = stop_scripts(monkeypatch)
     with pytest.raises(Stop):
         ablate.measure("multi30k", "longer_averaged", 1, str(tmp_path), ["--precision", "float32"],
                        dict(path=str(tmp_path / "ledger.json"), runs={}))
     script, args = calls[0]
     assert script == "train.py" and args[args.index("--seed") + 2:] == [
-        "--num_epochs", "12", "--average_last", "1", "--num_epochs", "20", "--precision", "float32"]
+        *TABLE_BASE["multi30k"][0], "--num_epochs", "20", "--precision", "float32"]
     hp = hyperparams.parse_args("t", args)[0]
-    assert (hp.num_epochs, hp.average_last, hp.precision) == (20, 1, "float32")
-    assert (hyperparams.preset("multi30k").num_epochs, hyperparams.preset("multi30k").average_last) == (20, 5)
-    # the recipes table measures against the preset as it is: a recipe's settings alone, then the common ones
+    assert (hp.num_epochs, hp.average_last, hp.lr_decay, hp.precision) == (20, 1, "rsqrt", "float32")
     with pytest.raises(Stop):
         ablate.measure("multi30k", "linear_8", 1, str(tmp_path), ["--precision", "float32"],
                        dict(path=str(tmp_path / "ledger.json"), runs={}), table="recipes")
     script, args = calls[1]
     assert script == "train.py"
-    assert args[args.index("--seed") + 2:] == [*RECIPES["linear_8"][0], "--precision", "float32"]
+    assert args[args.index("--seed") + 2:] == [*RECIPES_BASE["multi30k"][0], *RECIPES["linear_8"][0],
+                                               "--precision", "float32"]
+    # the preset is now the recipe linear_12, and its old recipe is the recipes table's preset row
+    _, _, command = ablate.run_command("multi30k", "linear_12", 1, "runs", [], "recipes")
+    assert set(hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))) \
+        == {"logdir", "seed"}
+    _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "recipes")
+    old = hyperparams.parse_args("t", command)[0]
+    assert (old.num_epochs, old.average_last, old.lr_decay, old.lr) == (20, 5, "rsqrt", 1e-3)
 
 
 def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypatch, tmp_path):
     """After the preset (or a row) changed: a finished run folder that trained other settings is
     refused with the settings that differ, and a ledger entry of other settings is trained again;
     one of the same settings is taken as recorded."""
-    import ablate
     calls = stop_scripts(monkeypatch)
     runs, ledger = str(tmp_path / "runs"), dict(path=str(tmp_path / "ledger.json"), runs={})
     logdir = os.path.join(runs, "pre_norm", "seed1")
@@ -186,7 +190,6 @@ def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypa
 def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_the_target(monkeypatch, tmp_path):
     """--table recipes: every recipe and the preset itself on seeds 1-3, no more asked for; a recipe
     meets the target only when fast enough and close enough, and a miss says which (made-up figures)."""
-    import ablate
     figures = {"preset": (42.5, 30.0), "linear_8": (42.3, 10.5), "linear_7": (41.9, 10.0),
                "linear_10": (42.1, 13.0), "linear_12": (42.6, 16.0)}  # beam, minutes
     trained = []
@@ -290,6 +293,24 @@ def test_every_row_is_settings_that_train_and_eval_accept():
         assert what and len(train_args) % 2 == 0 and len(eval_args) % 2 == 0, name
         _, _, overrides = hyperparams.parse_args("ablate", ["--preset", "multi30k", *train_args, *eval_args])
         assert set(overrides) == {option[2:] for option in (train_args + eval_args)[::2]}, name
-    for preset, (settings, why) in TABLE_BASE.items():
+    for preset, (settings, why) in [*TABLE_BASE.items(), *RECIPES_BASE.items()]:
         assert why and set(hyperparams.parse_args("ablate", ["--preset", preset, *settings])[2]) == \
             {option[2:] for option in settings[::2]}, preset
+
+
+def test_the_shipped_recipes_ledger_is_what_each_row_trains_today():
+    """The recipes table's runs were trained before the preset took linear_12: RECIPES_BASE pins the
+    recipe they trained, so each run in docs/recipes.json is still its row's and is not trained
+    again; the old ablation table's base is the same recipe at 12 epochs, its last epoch's weights."""
+    ledger = json.loads(open(os.path.join(ROOT, "docs", "recipes.json"), encoding="utf-8").read())
+    assert ledger
+    for name, run in ledger.items():
+        row, seed = name.split("/seed")
+        _, got, command = ablate.run_command(run["preset"], row, int(seed), "runs", run["settings"], "recipes")
+        assert got == name
+        wanted = ablate.run_settings(hyperparams.parse_args("", command)[0])
+        assert ablate.differences(run["hparams"], wanted) == "", name
+    old, recipes = (hyperparams.parse_args("", ["--preset", "multi30k", *base["multi30k"][0]])[0]
+                    for base in (TABLE_BASE, RECIPES_BASE))
+    assert hyperparams.changed(old, recipes) == {"num_epochs": (12, 20), "average_last": (1, 5)}
+
