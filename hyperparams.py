@@ -212,9 +212,9 @@ PRESETS = {
     "sample": {},
     # A small model that trains well on a 2-core CPU (Multi30k task 1, 29k pairs). Its batch budget,
     # attention dropout, weight decay and decoding were chosen on val (docs/archive/results-to-2026-12-05.md,
-    # "Levers for the multi30k preset"); its training, 12 epochs at twice the peak rate falling
-    # linearly to 0, too (docs/recipes.md, the recipe linear_12: the dev BLEU of the 20 epochs
-    # with the last five averaged it replaced, in about two thirds of their time).
+    # "Levers for the multi30k preset"); its training too, 12 epochs at a rate of 2e-3 falling
+    # linearly to 0 (docs/recipes.md, the recipe linear_12: the dev BLEU of the 20 epochs with the
+    # last five averaged it replaced, in about 0.6 of their time).
     "multi30k": dict(
         data_dir="data/multi30k",
         prepro_dir="prepro/multi30k",
