@@ -117,6 +117,8 @@ RECIPES = {
                   "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 7 epochs"),
     "linear_10": (["--num_epochs", "10", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 10 epochs"),
+    "linear_11": (["--num_epochs", "11", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                   "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 11 epochs"),
     "linear_12": (["--num_epochs", "12", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 12 epochs"),
 }
