@@ -171,18 +171,25 @@ def step_scalars_callback(logdir, guard):
     return StepScalars()
 
 
-def resume_changes(hp):
+def resume_changes(hp, given=()):
     """The settings hp changes in hp.logdir's run, {field: [saved value, hp's]}: only
     RESUMABLE_FIELDS may change; a UserError listing every other difference, since the run's
-    weights were trained with its saved values. Writes nothing."""
+    weights were trained with its saved values. given: the fields set on the command line; a
+    difference among the others comes from the preset (its values change between versions:
+    CHANGELOG.md), and the error gives the options that resume the run as it was. Writes nothing."""
     saved = hyperparams.load_hparams(hp.logdir)
     path = os.path.join(hp.logdir, "hparams.json")
     diff = list(hyperparams.changed(saved, hp))
-    fixed = [f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in diff if f not in hyperparams.RESUMABLE_FIELDS]
+    fixed = [f for f in diff if f not in hyperparams.RESUMABLE_FIELDS]
     if fixed:
-        raise UserError(f"{path}: this run was trained with other settings "
-                        f"({', '.join(fixed)}); a resumed run keeps them: drop those options, or pass a new "
-                        f"--logdir (or remove {hp.logdir}) to start over")
+        dropped = [f"--{f}" for f in fixed if f in given]
+        kept = [f"--{f} {getattr(saved, f)}" for f in fixed if f not in given]
+        advice = ([f"drop {' '.join(dropped)}"] if dropped else []) + (
+            [f"give {' '.join(kept)} (the --preset's own values differ: CHANGELOG.md)"] if kept else [])
+        raise UserError(f"{path}: this run was trained with other settings ("
+                        + ", ".join(f"{f} {getattr(saved, f)} -> {getattr(hp, f)}" for f in fixed)
+                        + f"); a resumed run keeps them: {' and '.join(advice)}, or pass a new --logdir "
+                        f"(or remove {hp.logdir}) to start over")
     if saved.lr_decay == "linear" and "num_epochs" in diff:
         # the line's slope is set by the run's length: another length would make the rate jump
         raise UserError(f"{path}: --num_epochs {hp.num_epochs}: this run's learning rate falls linearly to 0 at "
@@ -191,15 +198,15 @@ def resume_changes(hp):
     return {f: [getattr(saved, f), getattr(hp, f)] for f in diff if f != "logdir"}
 
 
-def check_start(hp):
+def check_start(hp, given=()):
     """What training in hp.logdir starts, checked before anything is written there: None for a new
-    run; for a run with a checkpoint, (its step, the settings changed: resume_changes), once its
-    data is checked (checkpoints.check_same_data)."""
+    run; for a run with a checkpoint, (its step, the settings changed: resume_changes, given the
+    fields set on the command line), once its data is checked (checkpoints.check_same_data)."""
     found = checkpoints.newest(hp.logdir)
     if not found:
         return None
     checkpoints.check_same_data(hp.logdir, hp.prepro_dir)
-    return found[1].get("step", 0), resume_changes(hp)
+    return found[1].get("step", 0), resume_changes(hp, given)
 
 
 def accept_start(hp, folder, resumed, lock):
@@ -486,7 +493,7 @@ def main(argv=None):
     lock = lock_directory(logdir, record=False)  # held until the process ends
     hp = with_languages(hp, given)
     print(json.dumps(dataclasses.asdict(hp), sort_keys=True))
-    resumed = check_start(hp)  # nothing is written into the run's folder before it is accepted
+    resumed = check_start(hp, given)  # nothing is written into the run's folder before it is accepted
     keras.utils.set_random_seed(hp.seed)
 
     section("Load data")

@@ -138,6 +138,25 @@ def test_resuming_keeps_the_runs_settings_and_records_allowed_changes(copied, qu
     assert record["changes"] == earlier + [{"step": step, "lr": [0.001, 0.0005], "num_epochs": [epochs, epochs + 1]}]
 
 
+def test_a_resume_the_presets_new_values_refuse_gives_the_options_that_resume_it(tmp_path):
+    """A run trained before its preset changed: the refusal names the preset's values (not given on
+    the command line) with the options that resume the run as it was, and a setting given on the
+    command line with the option to drop."""
+    import hyperparams
+    import train
+    from support.utils import UserError
+
+    hyperparams.save_hparams(hyperparams.preset("sample", dropout_rate=0.3, logdir=str(tmp_path)), str(tmp_path))
+    hp = hyperparams.preset("sample", seed=7, logdir=str(tmp_path))  # the preset's dropout, seed 7 given
+    with pytest.raises(UserError) as refused:
+        train.resume_changes(hp, given={"seed": 7})
+    message = str(refused.value)
+    assert f"(dropout_rate 0.3 -> {hp.dropout_rate}, seed 1234 -> 7)" in message
+    assert "drop --seed and give --dropout_rate 0.3 (the --preset's own values differ" in message
+    resumed = hyperparams.preset("sample", dropout_rate=0.3, seed=1234, logdir=str(tmp_path))
+    assert train.resume_changes(resumed, given={"dropout_rate": 0.3}) == {}  # as the advice says
+
+
 def test_file_system_errors_are_one_line(copied, tmp_path, capsys):
     from support import utils
 
