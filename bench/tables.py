@@ -41,7 +41,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ratio_again="again: ours / CT2", alike="lines alike", of="of", record="record",
                cache="first pass's compile cache", cache_empty="empty", cache_run="the run's",
                batches="batches", shapes="shapes", padding="source padding",
-               row_steps="rows x steps per token written",
+               row_steps="rows x steps per token written", shape="shape (rows x source length)",
+               excess="first pass's excess (s)",
                group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)",
                run="run", to_bleu="minutes to dev BLEU", not_reached="not reached",
                last_bleu="last epoch's dev BLEU (greedy)", eval_dev="eval.py on dev (checkpoint, decoding, BLEU)",
@@ -56,6 +57,7 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                cache="首次的编译缓存", cache_empty="空", cache_run="该次训练的",
                batches="批数", shapes="形状数", padding="源端填充", row_steps="每个输出词元的行 × 步数",
+               shape="形状（行 × 源端长度）", excess="首次多用（秒）",
                group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）",
                run="运行", to_bleu="达到开发集 BLEU 的分钟数", not_reached="未达到",
                last_bleu="最后一轮的开发集 BLEU（贪心）", eval_dev="eval.py 开发集结果（检查点、解码、BLEU）",
@@ -161,6 +163,21 @@ def translate_batches(all_records, w):
                   w["commit"], w["record"]], rows)
 
 
+def translate_shapes(all_records, w):
+    """bench/translate_speed.py's seconds per batch shape in each pass, and the first pass's excess."""
+    rows = []
+    for r in (r for r in all_records if r["kind"] == "translate_speed"):
+        f = r["figures"]
+        for s in (s for s in f["searches"] if "shapes_timed" in s):
+            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            cache = w[f"cache_{f.get('cache', 'empty')}"]
+            rows += [[name, r["machine"]["class"], cache, f"{t['rows']} x {t['length']}", t["batches"],
+                      f"{t['first_s']:.2f}", f"{t['again_s']:.2f}", f"{t['first_s'] - t['again_s']:.2f}",
+                      r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"] for t in s["shapes_timed"]]
+    return table([w["search"], w["cpu"], w["cache"], w["shape"], w["batches"], w["ours_first"], w["ours_again"],
+                  w["excess"], w["date"], w["commit"], w["record"]], rows)
+
+
 def footprint(all_records, w):
     """bench/footprint.py's rows: what each requirement group downloads and takes on disk."""
     rows = [[f"`{g['group']}`", f"{g['download_mb']:,}", f"{g['installed_mb']:,}", r["figures"]["python"], r["date"]]
@@ -207,8 +224,8 @@ def recipes(all_records, w):
 
 TABLES = {"quickstart": quickstart, "footprint": footprint, "memory": memory, "results": results,
           "results_full": lambda rs, w: results(rs, w, full=True), "translate_speed": translate_speed,
-          "translate_batches": translate_batches, "time_to_quality": time_to_quality,
-          "recipes": recipes}
+          "translate_batches": translate_batches, "translate_shapes": translate_shapes,
+          "time_to_quality": time_to_quality, "recipes": recipes}
 
 
 # Numbers in the documents that are not measured here, each with what it is

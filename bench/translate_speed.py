@@ -10,9 +10,11 @@ The port's first pass starts with an empty compilation cache (a fresh folder, de
 user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
 as eval.py (and on JAX, train.py) left it: the programs compiled for dev serve the file's batches of
 the same shapes (data_load.decode_batches). Its model is loaded before the clock starts, as is
-CTranslate2's conversion. For each search it prints the batches, their shapes and padding, and for
+CTranslate2's conversion. For each search it prints the batches, their shapes and padding, for
 greedy decoding how many rows x steps the loops ran for each token written (rows that finished
-early are computed on until their batch ends).
+early are computed on until their batch ends), and for each batch shape the seconds its batches
+took in each pass: the first pass's excess over the second is what that shape's program cost to
+trace and compile (or to find in the cache) before it ran.
 
 CTranslate2 decodes the pieces of each line (the port's sentencepiece model), in batches of the
 run's --eval_tokens_per_batch tokens, with --threads threads, up to 256 tokens; its beam search
@@ -113,6 +115,21 @@ def batching(translator, lines, beam_size, outputs=None):
     return found
 
 
+def shape_times(first, again):
+    """Each batch shape's seconds in the two passes, from translate's timings of each (lists of
+    (rows, T1, seconds), the same batches in the same order): a list of dict(rows, length, batches,
+    first_s, again_s), in the order the shapes were first decoded."""
+    if [b[:2] for b in first] != [b[:2] for b in again]:
+        raise AssertionError("the two passes batched the lines differently")
+    shapes = {}
+    for (rows, length, seconds), (_, _, later) in zip(first, again):
+        shape = shapes.setdefault((rows, length), dict(rows=rows, length=length, batches=0, first_s=0.0, again_s=0.0))
+        shape["batches"] += 1
+        shape["first_s"] += seconds
+        shape["again_s"] += later
+    return [dict(s, first_s=round(s["first_s"], 2), again_s=round(s["again_s"], 2)) for s in shapes.values()]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--logdir", required=True, help="a trained run's folder (train.py's --logdir)")
@@ -151,16 +168,22 @@ def main(argv=None):
                                               beam_stop=translator.hp.beam_stop, threads=args.threads,
                                               cache=args.cache, searches=[])
         for beam in beams:
-            timed = []
+            timed, batch_times = [], []
             for _ in range(2):
+                batch_times.append([])
                 start = time.perf_counter()
-                ours = translator.translate(lines, beam_size=beam)
+                ours = translator.translate(lines, beam_size=beam, timings=batch_times[-1])
                 timed.append(time.perf_counter() - start)
             batched = batching(translator, lines, beam, ours)
+            batched["shapes_timed"] = shape_times(*batch_times)
             print(f"{'greedy' if beam == 1 else f'beam {beam}'}: {batched['batches']} batches in {batched['shapes']} "
                   f"shapes (rows x source length), {batched['padding']:.0%} of their source tokens padding"
                   + (f"; rows x steps {batched['row_steps_per_token']:.2f} times the tokens written"
                      if "row_steps_per_token" in batched else ""))
+            for s in batched["shapes_timed"]:
+                print(f"  {s['rows']} x {s['length']}: {s['batches']} batch{'es' if s['batches'] > 1 else ''}, "
+                      f"first pass {s['first_s']:.2f} s, again {s['again_s']:.2f} s, "
+                      f"first pass's excess {s['first_s'] - s['again_s']:.2f} s")
             first, steady, theirs = ctranslate2_passes(translator, lines, beam, args.threads)
             alike = sum(a == b for a, b in zip(ours, theirs))
             name = "greedy" if beam == 1 else f"beam {beam}"

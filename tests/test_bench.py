@@ -185,6 +185,12 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
                      r"padding; rows x steps [\d.]+ times the tokens written$", run.stdout, re.M), run.stdout
     assert re.search(r"^beam 2: \d+ batches in \d+ shapes", run.stdout, re.M), run.stdout
     assert float(re.search(r"rows x steps ([\d.]+) times", run.stdout).group(1)) >= 1  # never fewer than written
+    searches = r"^(greedy|beam 2): (\d+) batches in (\d+) shapes.*\n((?:  .*\n)*)"
+    for search, batches, shapes, timed in re.findall(searches, run.stdout, re.M):  # each shape's seconds, each pass
+        found = re.findall(r"^  \d+ x \d+: (\d+) batch(?:es)?, first pass ([\d.]+) s, again ([\d.]+) s, first pass's "
+                           r"excess (-?[\d.]+) s$", timed, re.M)
+        assert len(found) == int(shapes) and sum(int(f[0]) for f in found) == int(batches), (search, timed)
+        assert all(abs(float(first) - float(again) - float(excess)) < 0.015 for _, first, again, excess in found)
     for row in rows:  # seconds and ratios (of the unrounded seconds), which may round to 0.00
         assert all(float(cell) >= 0 for cell in row[1:7]), row
     assert re.fullmatch(r"translate_speed greedy_first_vs_ct2=[\d.]+ greedy_steady_vs_ct2=[\d.]+ "

@@ -4,6 +4,7 @@ that are translated one by one and joined (`translate_lines`, `split_long`). The
 decoding.py's; trained/serving.py has the same cutting in TensorFlow ops for its SavedModel.
 """
 import sys
+import time
 
 import numpy as np
 from tqdm import tqdm
@@ -13,13 +14,15 @@ from decoding import beam_search, greedy_decode
 from support.utils import UserError
 
 
-def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate", beam_stop="bound"):
+def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate", beam_stop="bound",
+              timings=None):
     """Translations of source id sequences, in their order: greedy (cached) or beam search (ending
     a sentence as beam_stop says: decoding.beam_step's stop).
 
     Batches are formed by length (every sentence, however long) in the shapes of
     data_load.decode_batches, and put back in order; beam search divides the token budget by the
-    beam size.
+    beam size. timings: a list to which each batch's (rows, T1, seconds) is appended, in the order
+    decoded, its search and its outputs' decoding to text timed (bench/translate_speed.py's shapes).
     """
     lens = [len(s) + 1 for s in src_seqs]
     if model.positional == "learned" and max(lens, default=0) > model.maxlen1:
@@ -29,10 +32,13 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     out = [None] * len(src_seqs)
     batches = data_load.decode_batches(lens, max(tokens_per_batch // beam_size, 1), limit=model.maxlen1)
     for idx, length in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
+        start = time.perf_counter()
         x = data_load.encoder_inputs([src_seqs[i] for i in idx], length=length)  # (N, T1)
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha, stop=beam_stop)
         for i, text in zip(idx, data_load.postprocess(sp, ids)):
             out[i] = text
+        if timings is not None:
+            timings.append((len(idx), length, time.perf_counter() - start))
     return out
 
 
@@ -74,7 +80,7 @@ def split_long(sp, text, max_tokens):
 
 
 def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate",
-                    source=None, whole=False, first_line=1, beam_stop="bound"):
+                    source=None, whole=False, first_line=1, beam_stop="bound", timings=None):
     """Translations of text lines, one per line, in order.
 
     Empty lines give empty lines. A line longer than maxlen1 - 1 tokens (room for </s>) is cut by
@@ -82,6 +88,7 @@ def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, al
     reference) it is translated whole, unless the model's learned positions stop at maxlen1. With
     `source` (a name for messages) a note on stderr says where a line was cut. Batches are formed
     by tokens, so memory stays bounded. first_line: the number of lines[0] in those messages.
+    timings: as translate's.
     """
     limit = maxlen1 - 1 if not whole or model.positional == "learned" else None
     pieces, owner = [], []
@@ -94,7 +101,8 @@ def translate_lines(model, sp, lines, maxlen1, tokens_per_batch, beam_size=1, al
                   f"translated in {len(parts)} pieces", file=sys.stderr)
         pieces += parts
         owner += [lineno - first_line] * len(parts)
-    outputs = translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc, beam_stop) if pieces else []
+    outputs = (translate(model, sp, pieces, tokens_per_batch, beam_size, alpha, desc, beam_stop, timings)
+               if pieces else [])
     translations = [""] * len(lines)
     for i, text in zip(owner, outputs):
         translations[i] = (translations[i] + " " + text).strip()

@@ -79,20 +79,21 @@ class Translator:
         self.hp = hyperparams.validate(hp)
         self.model, self.sp, self.ckpt = load_trained(self.hp, ckpt, preset)
 
-    def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1):
+    def translate(self, sentences, beam_size=None, alpha=None, source=None, first_line=1, timings=None):
         """Translations of a list of sentences (a list of str, in order; empty in, empty out), or of
         one sentence (a str). source, first_line: where the sentences come from, for the note on
-        stderr about an over-long line that is translated in pieces."""
+        stderr about an over-long line that is translated in pieces. timings: a list for each
+        batch's (rows, T1, seconds) (trained.lines.translate)."""
         from trained.lines import translate_lines
 
         if isinstance(sentences, str):
-            return self.translate([sentences], beam_size, alpha, source, first_line)[0]
+            return self.translate([sentences], beam_size, alpha, source, first_line, timings)[0]
         beam_size = self.hp.beam_size if beam_size is None else beam_size
         if beam_size < 1:
             raise UserError(f"beam_size must be at least 1 (got {beam_size})")
         return translate_lines(self.model, self.sp, [data_load.clean(s) for s in sentences], self.hp.maxlen1,
                                self.hp.eval_tokens_per_batch, beam_size, self.hp.alpha if alpha is None else alpha,
-                               source=source, first_line=first_line, beam_stop=self.hp.beam_stop)
+                               source=source, first_line=first_line, beam_stop=self.hp.beam_stop, timings=timings)
 
 
 def attention_maps(translator, sentence, beam_size=None, alpha=None, encoder=False, decoder_self=False, ids=None):
