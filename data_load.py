@@ -343,6 +343,8 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
     the shortest length up, tokens_per_batch // length sentences a batch, those too few to fill one
     left over to the next length, padded to it. So every batch but the last is full, one shape a length
     (a batch of sentences carried over alone is padded to the length it was cut at, as the others).
+    Within a length, sentences go to batches shortest first: a batch decodes until its longest
+    output ends, and sentences of like length end at like steps.
 
     Args:
       src_lens: (num_sents,) source lengths including </s>.
@@ -353,8 +355,10 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
       list of (int64 index array, the length T1 to pad its sentences to: encoder_inputs' length),
       the index arrays covering range(num_sents).
     """
-    padded = np.asarray(padded_length(np.asarray(src_lens, np.int64), PAD_MULTIPLE, limit))  # (num_sents,)
-    return fill_buckets(padded, np.unique(padded), tokens_per_batch)
+    src_lens = np.asarray(src_lens, np.int64)  # (num_sents,)
+    order = np.argsort(src_lens, kind="stable")  # shortest first: a batch's sentences end near one another
+    padded = np.asarray(padded_length(src_lens[order], PAD_MULTIPLE, limit))  # (num_sents,), in that order
+    return [(order[idx], length) for idx, length in fill_buckets(padded, np.unique(padded), tokens_per_batch)]
 
 
 def loss_batches(src, tgt, tokens_per_batch, maxlen1, maxlen2):

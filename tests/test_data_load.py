@@ -91,6 +91,8 @@ def test_decode_batches_are_full_but_the_last_and_their_shapes_do_not_depend_on_
         lens = rng.integers(1, 70, size=int(rng.integers(1, 400)))
         batches = data_load.decode_batches(lens, budget, limit=64)
         assert sorted(np.concatenate([idx for idx, _ in batches]).tolist()) == list(range(len(lens)))
+        # shortest first, within a length as across lengths: a batch's outputs end near one another
+        assert np.all(np.diff(np.concatenate([lens[idx] for idx, _ in batches])) >= 0)
         for k, (idx, t1) in enumerate(batches):
             assert t1 >= lens[idx].max() and t1 % data_load.PAD_MULTIPLE == 0
             if k < len(batches) - 1:  # only the last batch is short
