@@ -8,12 +8,14 @@ deviation, minutes, and each variant's difference to the preset with a verdict i
 stated rule (RULE: Student's t test on the seeds, 5%, three seeds a side for "better" or "worse");
 and a bar chart of the differences. With --table recipes it trains RECIPES instead: shorter ways
 to train the preset, three seeds each beside the preset's recipe before them (RECIPES_BASE), each
-judged by TARGET (its share of that recipe's training minutes, its dev BLEU against that recipe's).
+judged by TARGET (its share of that recipe's training minutes, its dev BLEU against that recipe's);
+with --table current, VARIANTS against the preset as it is today, with no older recipe before them.
 
     python ablate.py --preset multi30k --output docs/ablations.md   # every variant: hours on a 2-core CPU
     python ablate.py --preset multi30k --only no_positions     # one variant and the preset itself
     python ablate.py --preset sample --num_epochs 1            # minutes: a dry run
     python ablate.py --table recipes --output docs/recipes.md  # hours: alone on the machine, for the minutes
+    python ablate.py --table current --only pre_norm           # a row against the preset as it is today
 
 Runs go to <runs>/<variant>/seed<seed> (--runs; default log/<table>/<preset>), the table to
 <runs>/<table>.md unless --output names another file (the shipped docs/ablations.md is rewritten
@@ -131,7 +133,9 @@ TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0
           f"on the same machine with nothing else running")
 # --table: the rows, the recipe each run trains before its row's own settings (per preset), and
 # the seeds each row trains by default (the runs go to log/<table>/<preset>).
-TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, RECIPES_BASE, "1,2,3")}
+# "current": the ablation rows against the preset as it is, no older recipe first (docs/ablations-current.md).
+TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, RECIPES_BASE, "1,2,3"),
+          "current": (VARIANTS, {}, "1,2")}
 
 
 def run_script(script, args):
@@ -404,7 +408,8 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
                  f"whatever else the machine runs meanwhile, so they are a guide to cost, not a speed "
                  f"measurement (docs/speed.md measures speed, side by side).")
         columns = "difference (± margin) | verdict | paired bootstrap p"
-    title = f"Shorter recipes for the {preset} preset" if table == "recipes" else f"Ablations of the {preset} preset"
+    title = (f"Shorter recipes for the {preset} preset" if table == "recipes" else f"Ablations of the {preset} preset"
+             + (" as it is now" if table == "current" else ""))
     lines = [f"# {title}", "", intro, "",
              f"Made with `python ablate.py {' '.join(argv)}` (table written on "
              f"{datetime.date.today().isoformat()} at commit {records.commit()}). The runs were trained on "
@@ -469,8 +474,9 @@ def main(argv=None):
     parser.add_argument("--preset", default="multi30k", choices=sorted(hyperparams.PRESETS),
                         help="the preset whose variants run (default multi30k)")
     parser.add_argument("--table", default="ablations", choices=sorted(TABLES),
-                        help="the rows to train: ablations (VARIANTS, judged by RULE) or recipes (RECIPES: "
-                             "shorter trainings of the preset, judged by TARGET) (default ablations)")
+                        help="the rows to train: ablations (VARIANTS, judged by RULE, after the recipe TABLE_BASE "
+                             "pins), current (VARIANTS against the preset as it is) or recipes (RECIPES: shorter "
+                             "trainings of the preset, judged by TARGET) (default ablations)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated variants to run (the preset's own "
                                                         "runs always); default every one")
     parser.add_argument("--seeds", help="comma-separated seeds: each variant trains once per seed (default 1,2; "

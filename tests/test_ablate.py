@@ -153,6 +153,14 @@ def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tm
     _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "recipes")
     old = hyperparams.parse_args("t", command)[0]
     assert (old.num_epochs, old.average_last, old.lr_decay, old.lr) == (20, 5, "rsqrt", 1e-3)
+    # the current table: the preset as it is, and a row's own settings on top of it
+    _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "current")
+    assert set(hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))) \
+        == {"logdir", "seed"}
+    logdir, name, command = ablate.run_command("multi30k", "pre_norm", 2, "runs", [], "current")
+    assert (logdir, name) == (os.path.join("runs", "pre_norm", "seed2"), "pre_norm/seed2")
+    changes = hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))
+    assert set(changes) == {"logdir", "seed", "norm"} and changes["norm"][0] == "pre"
 
 
 def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypatch, tmp_path):
@@ -301,15 +309,17 @@ def test_every_row_is_settings_that_train_and_eval_accept():
 def test_the_shipped_recipes_ledger_is_what_each_row_trains_today():
     """The recipes table's runs were trained before the preset took linear_12: RECIPES_BASE pins the
     recipe they trained, so each run in docs/recipes.json is still its row's and is not trained
-    again; the old ablation table's base is the same recipe at 12 epochs, its last epoch's weights."""
-    ledger = json.loads(open(os.path.join(ROOT, "docs", "recipes.json"), encoding="utf-8").read())
-    assert ledger
-    for name, run in ledger.items():
-        row, seed = name.split("/seed")
-        _, got, command = ablate.run_command(run["preset"], row, int(seed), "runs", run["settings"], "recipes")
-        assert got == name
-        wanted = ablate.run_settings(hyperparams.parse_args("", command)[0])
-        assert ablate.differences(run["hparams"], wanted) == "", name
+    again; linear_12's runs are the current table's preset runs (docs/ablations-current.json); the old
+    ablation table's base is the same recipe at 12 epochs, its last epoch's weights."""
+    for path, table in (("recipes.json", "recipes"), ("ablations-current.json", "current")):
+        ledger = json.loads(open(os.path.join(ROOT, "docs", path), encoding="utf-8").read())
+        assert ledger
+        for name, run in ledger.items():
+            row, seed = name.split("/seed")
+            _, got, command = ablate.run_command(run["preset"], row, int(seed), "runs", run["settings"], table)
+            assert got == name
+            wanted = ablate.run_settings(hyperparams.parse_args("", command)[0])
+            assert ablate.differences(run["hparams"], wanted) == "", (path, name)
     old, recipes = (hyperparams.parse_args("", ["--preset", "multi30k", *base["multi30k"][0]])[0]
                     for base in (TABLE_BASE, RECIPES_BASE))
     assert hyperparams.changed(old, recipes) == {"num_epochs": (12, 20), "average_last": (1, 5)}
