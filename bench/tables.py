@@ -113,12 +113,16 @@ def results(all_records, w, full=False):
 
 
 def memory(all_records, w):
-    """train.py's peak memory, from every run whose record has it."""
-    rows = [[run_name(r), r["machine"]["class"], r["figures"].get("train_precision", "–"),
-             r["figures"].get("epochs", "–"), f"{r['figures']['train_peak_memory_mb']:,.0f}", r["date"], r["commit"]]
-            for r in all_records if r["kind"] == "bleu" and r["figures"].get("train_peak_memory_mb")]
+    """train.py's peak memory: for each preset, CPU class and precision, the newest run whose record has it."""
+    newest = {}
+    for r in sorted((r for r in all_records if r["kind"] == "bleu" and r["figures"].get("train_peak_memory_mb")),
+                    key=lambda r: r["date"]):
+        precision = r["figures"].get("train_precision", "–")
+        newest[run_name(r), r["machine"]["class"], precision] = [
+            run_name(r), r["machine"]["class"], precision, r["figures"].get("epochs", "–"),
+            f"{r['figures']['train_peak_memory_mb']:,.0f}", r["date"], r["commit"]]
     return table([w["preset"], w["cpu"], w["trained"], w["epochs"], w["memory"], w["date"], w["commit"]],
-                 sorted(set(map(tuple, rows))))  # a run evaluated twice (greedy, beam) is one row
+                 sorted(map(tuple, newest.values())))
 
 
 def quickstart(all_records, w):
