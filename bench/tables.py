@@ -141,7 +141,7 @@ def translate_speed(all_records, w):
     for r in (r for r in all_records if r["kind"] == "translate_speed"):
         f = r["figures"]
         for s in f["searches"]:
-            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            name = decoding(s, w)
             rows.append([name, r["machine"]["class"], flags(r, w), r["precision"], f["lines"], f["beam_stop"],
                          w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}",
                          f"{s['ct2_first_s']:.2f}",
@@ -158,7 +158,7 @@ def translate_batches(all_records, w):
     rows = []
     for r in (r for r in all_records if r["kind"] == "translate_speed"):
         for s in (s for s in r["figures"]["searches"] if "batches" in s):
-            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            name = decoding(s, w)
             steps = s.get("row_steps_per_token")
             rows.append([name, r["machine"]["class"], r["figures"]["lines"], s["batches"], s["shapes"],
                          f"{s['padding']:.0%}", "" if steps is None else f"{steps:.2f}", r["date"], r["commit"],
@@ -173,7 +173,7 @@ def translate_shapes(all_records, w):
     for r in (r for r in all_records if r["kind"] == "translate_speed"):
         f = r["figures"]
         for s in (s for s in f["searches"] if "shapes_timed" in s):
-            name = w["greedy"] if s["beam_size"] == 1 else w["beam"].format(k=s["beam_size"])
+            name = decoding(s, w)
             cache = w[f"cache_{f.get('cache', 'empty')}"]
             rows += [[name, r["machine"]["class"], cache, f"{t['rows']} x {t['length']}", t["batches"],
                       f"{t['first_s']:.2f}", f"{t['again_s']:.2f}", f"{t['first_s'] - t['again_s']:.2f}",
