@@ -70,8 +70,8 @@ def greedy_loop(model, source, max_len, min_len):
 
     Args:
       source: (N, T1) ids.
-      max_len: L, an int, or an int scalar tensor in a traced graph (trained/serving.py's SavedModel).
-        It fixes the output and cache shapes.
+      max_len: L, an int, or an int scalar tensor in a traced graph (`one_graph`; trained/serving.py's
+        SavedModel). It fixes the output and cache shapes.
       min_len: int scalar tensor: </s> is barred before this many tokens.
 
     Returns:
@@ -250,7 +250,8 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
 
     Args:
       source: (N, T1) ids.
-      max_len: L (Python int); min_len: int scalar tensor.
+      max_len: L, a Python int, or an int scalar tensor in a traced graph (`one_graph`); min_len: int
+        scalar tensor.
       beam_size: K (Python int); alpha: length penalty exponent (Python float); stop: beam_step's.
 
     Returns:
@@ -281,9 +282,11 @@ def compiled(model, fn, static=()):
     rest of its arguments, compiled where the backend allows it; static names the arguments that
     fix shapes or the loop's form (Python values, passed by name).
 
-    On TensorFlow, the decoding loops are compiled whole by XLA (`jit_compile`): one call per
-    batch, fused kernels, buffers updated in place; XLA compiles once per batch shape and static
-    value (a tf.function traces anew for each Python value). The reference's uncached step is a
+    On TensorFlow the decoding loops run as the model was built to (model.xla_decoding, the
+    --jit_compile setting): compiled whole by XLA (`jit_compile`: one call per batch, fused kernels,
+    buffers updated in place, but a compilation for each batch shape and static value, seconds
+    each), or as one TensorFlow graph for every batch shape and output length (`one_graph`:
+    traced once, nothing to compile, each op run on its own). The reference's uncached step is a
     tf.function with relaxed shapes (one trace for every prefix length). AutoGraph is off: the
     loops are `ops.while_loop` already, with no Python control flow over tensors to rewrite (about
     half a second less before the first translation). On JAX, each is a `jax.jit` function of the
@@ -296,12 +299,34 @@ def compiled(model, fn, static=()):
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
             loop = fn in (greedy_loop, beam_loop)
-            bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)
-            tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
+            if loop and not model.xla_decoding:
+                bound = one_graph(bound)
+            else:
+                bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)
+                tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
         elif keras.backend.backend() == "jax":
             bound = jax_jit(model, bound, static)
         cache[fn] = bound
     return cache[fn]
+
+
+def one_graph(loop):
+    """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`), as one
+    TensorFlow graph that takes every batch shape and output length: source (N, T1) of any shape
+    and max_len as tensors, traced once for each value of the rest (the beam's size, alpha, stop)."""
+    import tensorflow as tf
+
+    graphs = {}
+    signature = (tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((), tf.int32), tf.TensorSpec((), tf.int32))
+
+    def run(source, max_len, min_len, **rest):
+        key = tuple(sorted(rest.items()))
+        if key not in graphs:
+            graphs[key] = tf.function(functools.partial(loop, **rest), input_signature=signature, autograph=False)
+        return graphs[key](source, ops.convert_to_tensor(max_len, "int32"), min_len)
+
+    run.graphs = graphs  # what was traced: one graph for each value of the rest (the tests count them)
+    return run
 
 
 def expected_retracing(record):

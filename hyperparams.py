@@ -123,8 +123,9 @@ class Hparams:
     precision: str = setting("auto", "devices", "float32, mixed_bfloat16, mixed_float16, or auto: "
                                                 "mixed_bfloat16 where the GPU or CPU has bfloat16 units",
                              choices=PRECISIONS, resumable=True)
-    jit_compile: str = setting("auto", "devices", "XLA for training steps: on, off, or auto (on for GPUs "
-                                                  "and JAX, off for TensorFlow on a CPU)",
+    jit_compile: str = setting("auto", "devices", "XLA for training steps and TensorFlow's decoding loops "
+                                                  "(off: one graph for every batch shape): on, off, or auto "
+                                                  "(on for GPUs and JAX, off for TensorFlow on a CPU)",
                                choices=SWITCHES, resumable=True)
     kernels: str = setting("auto", "devices", "plain: modules.py as written; fast: kernels/fast.py's kernels; auto: "
                                               "those measured faster on this backend",
@@ -270,9 +271,9 @@ PRESETS = {
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["model"])
 # The settings of every script that decodes a trained run (eval, translate, attention, export): where
 # the run and its data are, the model's shape (given, it must match the checkpoint's), the kernels
-# to decode with and the checkpoints to average; the rest are the run's (hparams.json), and
+# and compilation to decode with and the checkpoints to average; the rest are the run's (hparams.json), and
 # training's are refused.
-DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels", "average_last")
+DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels", "jit_compile", "average_last")
 # Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
 # its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
 # checkpoint means. train.py records each change with its step in hparams.json. The optimizer's

@@ -37,12 +37,14 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     kernels the model is built with, resolved once into `kernels`, a fast.Choice: the primitives
     every layer is built with, the optimizer, beam search's cache layout. They are not part of the saved config: a
     checkpoint loads with whichever kernels are asked for (checkpoints.load: the run's --kernels;
-    keras.models.load_model: plain).
+    keras.models.load_model: plain). Nor is xla_decoding, whether TensorFlow compiles the decoding
+    loops with XLA for each batch shape or runs them as one graph for all (decoding.compiled; the
+    --jit_compile setting, support.devices.jit_compile; None: its auto choice).
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
                  maxlen1=100, maxlen2=100, positional="sinusoid", output_ids=None, attention_dropout=None,
-                 choices=None, kernels="plain", **kwargs):
+                 choices=None, kernels="plain", xla_decoding=None, **kwargs):
         super().__init__(**kwargs)
         if output_ids is not None:
             output_ids = [int(i) for i in output_ids]
@@ -56,6 +58,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.maxlen1, self.maxlen2, self.positional = maxlen1, maxlen2, positional
         self.attention_dropout = attention_dropout  # None: dropout_rate
         self.choices, self.kernels = modules.Choices.of(choices), fast.choose(kernels)
+        self.xla_decoding = devices.jit_compile() if xla_decoding is None else bool(xla_decoding)
         parts = self.kernels.parts
         shared = self.choices.share_embeddings
         embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
@@ -257,17 +260,19 @@ def make_model(hp, vocab_size, output_ids=None):
                         positional=hp.positional, output_ids=output_ids,
                         attention_dropout=None if hp.attention_dropout < 0 else hp.attention_dropout,
                         choices={name: getattr(hp, name) for name in CHOICE_FIELDS}, kernels=hp.kernels,
-                        name="transformer")
+                        xla_decoding=devices.jit_compile(hp), name="transformer")
     model.build_with_dummy()
     return model
 
 
-def rebuild(model, kernels=None, dtype=None):
-    """The same model (its config and weights) built again with another --kernels' parts or in
+def rebuild(model, kernels=None, dtype=None, xla_decoding=None):
+    """The same model (its config and weights) built again with another --kernels' parts, in
     another dtype policy (e.g. "float32" for a model trained in mixed precision, whose weights are
-    float32 already): a second model, the first left as it was."""
+    float32 already) or decoding with XLA or not (xla_decoding; None: as model does): a second
+    model, the first left as it was."""
     config = model.get_config()
     previous = keras.config.dtype_policy()
+    config["xla_decoding"] = model.xla_decoding if xla_decoding is None else xla_decoding
     if kernels:
         config["kernels"] = kernels
     if dtype:

@@ -42,7 +42,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                cache="first pass's compile cache", cache_empty="empty", cache_run="the run's",
                batches="batches", shapes="shapes", padding="source padding",
                row_steps="rows x steps per token written", shape="shape (rows x source length)",
-               excess="first pass's excess (s)",
+               excess="first pass's excess (s)", loops="decoding loops", loops_xla="XLA, each shape",
+               loops_graph="one graph",
                group="group (`bash setup.sh GROUP`)", download="download (MB)", installed="installed, with .venv (MB)",
                run="run", to_bleu="minutes to dev BLEU", not_reached="not reached",
                last_bleu="last epoch's dev BLEU (greedy)", eval_dev="eval.py on dev (checkpoint, decoding, BLEU)",
@@ -57,7 +58,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                cache="首次的编译缓存", cache_empty="空", cache_run="该次训练的",
                batches="批数", shapes="形状数", padding="源端填充", row_steps="每个输出词元的行 × 步数",
-               shape="形状（行 × 源端长度）", excess="首次多用（秒）",
+               shape="形状（行 × 源端长度）", excess="首次多用（秒）", loops="解码循环", loops_xla="XLA，每个形状",
+               loops_graph="一个图",
                group="依赖组（`bash setup.sh GROUP`）", download="下载（MB）", installed="安装后，含 .venv（MB）",
                run="运行", to_bleu="达到开发集 BLEU 的分钟数", not_reached="未达到",
                last_bleu="最后一轮的开发集 BLEU（贪心）", eval_dev="eval.py 开发集结果（检查点、解码、BLEU）",
@@ -78,6 +80,11 @@ def flags(record, w):
 
 def decoding(figures, w):
     return w["greedy"] if figures["beam_size"] == 1 else w["beam"].format(k=figures["beam_size"])
+
+
+def loops(figures, w):
+    """How a translate_speed record's decoding loops ran (records from before the choice: XLA)."""
+    return w[f"loops_{figures.get('loops', 'xla')}"]
 
 
 def run_name(record):
@@ -143,12 +150,14 @@ def translate_speed(all_records, w):
         for s in f["searches"]:
             name = decoding(s, w)
             rows.append([name, r["machine"]["class"], flags(r, w), r["precision"], f["lines"], f["beam_stop"],
-                         w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}", f"{s['ours_again_s']:.2f}",
+                         loops(f, w), w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}",
+                         f"{s['ours_again_s']:.2f}",
                          f"{s['ct2_first_s']:.2f}",
                          f"{s['ct2_again_s']:.2f}", f"{s['ours_first_s'] / s['ct2_first_s']:.2f}",
                          f"{s['ours_again_s'] / s['ct2_again_s']:.2f}", f"{s['lines_alike']} {w['of']} {f['lines']}",
                          r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"])
-    return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["cache"], w["ours_first"],
+    return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["loops"], w["cache"],
+                  w["ours_first"],
                   w["ours_again"], w["ct2_first"], w["ct2_again"], w["ratio_first"], w["ratio_again"], w["alike"],
                   w["date"], w["commit"], w["record"]], rows)
 
@@ -175,10 +184,11 @@ def translate_shapes(all_records, w):
         for s in (s for s in f["searches"] if "shapes_timed" in s):
             name = decoding(s, w)
             cache = w[f"cache_{f.get('cache', 'empty')}"]
-            rows += [[name, r["machine"]["class"], cache, f"{t['rows']} x {t['length']}", t["batches"],
+            rows += [[name, r["machine"]["class"], loops(f, w), cache, f"{t['rows']} x {t['length']}", t["batches"],
                       f"{t['first_s']:.2f}", f"{t['again_s']:.2f}", f"{t['first_s'] - t['again_s']:.2f}",
                       r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"] for t in s["shapes_timed"]]
-    return table([w["search"], w["cpu"], w["cache"], w["shape"], w["batches"], w["ours_first"], w["ours_again"],
+    return table([w["search"], w["cpu"], w["loops"], w["cache"], w["shape"], w["batches"], w["ours_first"],
+                  w["ours_again"],
                   w["excess"], w["date"], w["commit"], w["record"]], rows)
 
 

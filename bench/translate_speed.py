@@ -1,20 +1,23 @@
 """Translating a file as a user does, beside CTranslate2: a trained run's model through the code
-translate.py runs (trained.runs.Translator), its first pass (compiling included) and a second pass
-over the same lines (compiled) timed apart, and CTranslate2 on the same weights (export.py's
+translate.py runs (trained.runs.Translator), its first pass (tracing and compiling included) and a
+second pass over the same lines timed apart, and CTranslate2 on the same weights (export.py's
 conversion) and lines, first pass (loading the converted model included) and second pass, greedy and
 beam search; the ratio of the times on each row.
 
     python bench/translate_speed.py --logdir log/multi30k --input prepro/multi30k/test.de
 
-The port's first pass starts with an empty compilation cache (a fresh folder, deleted after), as a
-user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
-as eval.py (and on JAX, train.py) left it: the programs compiled for dev serve the file's batches of
-the same shapes (data_load.decode_batches). Its model is loaded before the clock starts, as is
-CTranslate2's conversion. For each search it prints the batches, their shapes and padding, for
+The port decodes as the run's --jit_compile says, or as --jit_compile says here: loops compiled by
+XLA for each batch shape (on), or one graph for every shape, traced once (off; auto: off on a CPU).
+Where XLA compiles, the port's first pass starts with an empty compilation cache (a fresh folder,
+deleted after), as a user's first translate.py on a machine does, or with --cache run from a copy
+of the run's own cache as eval.py (and on JAX, train.py) left it: the programs compiled for dev
+serve the file's batches of the same shapes (data_load.decode_batches). Its model is loaded before
+the clock starts, as is CTranslate2's conversion. For each search it prints the batches, their shapes and padding, for
 greedy decoding how many rows x steps the loops ran for each token written (rows that finished
 early are computed on until their batch ends), and for each batch shape the seconds its batches
 took in each pass: the first pass's excess over the second is what that shape's program cost to
-trace and compile (or to find in the cache) before it ran.
+trace and compile (or to find in the cache) before it ran, or with one graph, what tracing it cost
+(in the first batch's shape).
 
 CTranslate2 decodes the pieces of each line (the port's sentencepiece model), in batches of the
 run's --eval_tokens_per_batch tokens, with --threads threads, up to 256 tokens; its beam search
@@ -141,6 +144,9 @@ def main(argv=None):
     p.add_argument("--cache", choices=("empty", "run"), default="empty",
                    help="the compilation cache the port's first pass starts from: empty (default: as on a machine "
                         "that never compiled them), or a copy of the run's own (as eval.py left it)")
+    p.add_argument("--jit_compile", choices=("on", "off", "auto"),
+                   help="how the port's decoding loops run (default: the run's --jit_compile): on, compiled by "
+                        "XLA for each batch shape; off, one graph for every shape")
     p.add_argument("--beam_stop", choices=("bound", "finished"),
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
@@ -157,16 +163,18 @@ def main(argv=None):
         from trained.runs import Translator
 
         start = time.perf_counter()
-        given = {} if args.beam_stop is None else dict(beam_stop=args.beam_stop)
+        given = {name: getattr(args, name) for name in ("beam_stop", "jit_compile") if getattr(args, name)}
         translator = Translator(args.logdir, compile_cache=cache, **given)
+        loops = "xla" if translator.model.xla_decoding else "graph"
         loaded = time.perf_counter() - start
         print(f"Machine: {machine()}")
         print(f"{args.logdir}: {translator.ckpt}, precision {translator.model.compute_dtype}, loaded in "
-              f"{loaded:.1f} s; {args.input}: {len(lines)} lines; beam search ends a sentence as "
-              f"--beam_stop {translator.hp.beam_stop} says")
+              f"{loaded:.1f} s; {args.input}: {len(lines)} lines; decoding loops "
+              + ("compiled by XLA for each batch shape" if loops == "xla" else "run as one graph for every batch shape")
+              + f"; beam search ends a sentence as --beam_stop {translator.hp.beam_stop} says")
         rows, summary, figures = [], {}, dict(logdir=args.logdir, input=args.input, lines=len(lines),
                                               beam_stop=translator.hp.beam_stop, threads=args.threads,
-                                              cache=args.cache, searches=[])
+                                              loops=loops, cache=args.cache, searches=[])
         for beam in beams:
             timed, batch_times = [], []
             for _ in range(2):

@@ -6,7 +6,8 @@ The `auto` choices (docs/devices.md):
     and with TensorFlow on a CPU that has bfloat16 instructions (AVX512_BF16 or AMX: oneDNN's
     bfloat16 matmuls ran at twice the float32 rate there); float32 elsewhere.
   - jit_compile: XLA on a GPU and always on JAX (compiled by nature); off for TensorFlow on a
-    CPU, where XLA made training steps slower.
+    CPU, where XLA made training steps slower, and where a file's decoding, one graph for every
+    batch shape, ends sooner than with a compilation for each (docs/speed.md).
   - length_multiple: 8 where every batch shape is compiled (few shapes), else 1 (least padding);
     length_buckets: 16 where every batch shape is compiled (fewer shapes, less padding than 8).
   - strategy: MultiWorkerMirroredStrategy when TF_CONFIG names several workers, MirroredStrategy
@@ -85,9 +86,10 @@ def precision(hp, flags=None):
     return "mixed_bfloat16" if backend() == "tensorflow" and cpu_has_bfloat16(flags) else "float32"
 
 
-def jit_compile(hp):
-    """Whether training steps are compiled by XLA."""
-    if hp.jit_compile == "auto":
+def jit_compile(hp=None):
+    """Whether training steps, and on TensorFlow the decoding loops, are compiled by XLA, as
+    hp.jit_compile says (hp None: its auto choice)."""
+    if hp is None or hp.jit_compile == "auto":
         return backend() == "jax" or (backend() == "tensorflow" and bool(gpus()))
     return hp.jit_compile == "on"
 

@@ -178,6 +178,8 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
     run = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
                      "--beam_sizes", "1,2")
     assert run.returncode == 0, run.stderr[-2000:]
+    assert re.search(r"; decoding loops (compiled by XLA for each batch shape|run as one graph for every batch shape);",
+                     run.stdout), run.stdout  # as the run's --jit_compile says
     rows = [line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| greedy") or
             line.startswith("| beam 2")]
     assert len(rows) == 2 and rows[0][-1] == "12 of 12 |", run.stdout
@@ -199,8 +201,9 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
     assert bad.returncode == 2 and "--input" in bad.stderr and "cannot be read" in bad.stderr
     # from a copy of the run's own compilation cache (the quick start's, beside its run), and without one
     cached = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
-                        "--beam_sizes", "1", "--cache", "run")
+                        "--beam_sizes", "1", "--cache", "run", "--jit_compile", "on")
     assert cached.returncode == 0 and (quick_start.log.parent / "compile_cache").is_dir(), cached.stderr[-2000:]
+    assert "decoding loops compiled by XLA for each batch shape" in cached.stdout, cached.stdout
     alone = tmp_path / "alone" / "sample"
     shutil.copytree(quick_start.log, alone)
     none = run_script("bench/translate_speed.py", "--logdir", str(alone), "--input", str(source), "--cache", "run")

@@ -222,17 +222,41 @@ def test_a_changed_decoder_reaches_every_decoding_path(copy_model, monkeypatch, 
         token, output_ids = int(ids[np.argmax(counts)]), copy_model[0].output_ids  # the token chosen most often
         bar_a_column(monkeypatch, token if output_ids is None else output_ids.index(token))
     plain, fast = (transformer.rebuild(copy_model[0], kernels) for kernels in ("plain", "fast"))
+    models = [plain, fast]
+    if keras.backend.backend() == "tensorflow":  # the loops compiled by XLA, and as one graph
+        models.append(transformer.rebuild(fast, xla_decoding=not fast.xla_decoding))
     want = decoding.greedy_decode(plain, x, cached=False)
     assert want.shape != unchanged.shape or (want != unchanged).any()  # the edit changes translations
     beams = []
-    for m in (plain, fast):
+    for m in models:
         np.testing.assert_array_equal(decoding.greedy_decode(m, x), want)
         one = decoding.beam_search(m, x, beam_size=1, alpha=0.0)
         np.testing.assert_array_equal(one[:, :want.shape[1]], want)
         ids, scores = decoding.beam_search(m, x, beam_size=4, alpha=0.6, return_scores=True)
         np.testing.assert_allclose(scores, rescore(m, x, ids), rtol=1e-4, atol=1e-4)
         beams.append(ids)
-    np.testing.assert_array_equal(beams[0], beams[1])
+    for ids in beams[1:]:
+        np.testing.assert_array_equal(beams[0], ids)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA or one graph: TensorFlow's choice")
+def test_one_graph_is_traced_once_for_every_batch_shape_and_decodes_as_xla_does(copy_model):
+    """With --jit_compile off the decoding loops run as one TensorFlow graph: batches of three
+    shapes (rows, source length, so output lengths too) are decoded by a graph traced once for
+    each search, and to the same ids and scores as the loops XLA compiles for each shape."""
+    x, _, _ = copy_model[1](40)  # (40, T1)
+    batches = [x[:40], x[:24, :-3], x[:9, :-6]]  # three shapes
+    graph, xla = (transformer.rebuild(copy_model[0], "fast", xla_decoding=on) for on in (False, True))
+    for search in (lambda m, b: decoding.greedy_decode(m, b, return_scores=True),
+                   lambda m, b: decoding.beam_search(m, b, beam_size=3, alpha=0.6, return_scores=True)):
+        for batch in batches:
+            (ids, scores), (want, want_scores) = search(graph, batch), search(xla, batch)
+            np.testing.assert_array_equal(ids, want)
+            np.testing.assert_allclose(scores, want_scores, rtol=1e-4, atol=1e-4)
+    for loop in (decoding.greedy_loop, decoding.beam_loop):
+        traced = decoding.compiled(graph, loop).graphs  # one graph for each value of the beam's settings
+        assert [f.experimental_get_tracing_count() for f in traced.values()] == [1], loop.__name__
+    assert not hasattr(decoding.compiled(xla, decoding.greedy_loop), "graphs")
 
 
 def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():

@@ -129,9 +129,10 @@ def test_before_training_the_hint_names_the_command_that_trains_this_run(tmp_pat
 
 @pytest.mark.slow
 def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_start, tmp_path):
-    """translate.py keeps the decoding programs XLA compiles in the compilation cache beside the run
-    folder (--compile_cache auto): the first process on a file writes them, a second process on the
-    same file finds every one there and writes none."""
+    """translate.py --jit_compile on keeps the decoding programs XLA compiles in the compilation cache
+    beside the run folder (--compile_cache auto): the first process on a file writes them, a second
+    process on the same file finds every one there and writes none. (With --jit_compile off, a CPU's
+    default on TensorFlow, nothing is compiled: the loops run as one graph.)"""
     import shutil
 
     run_dir = tmp_path / "runs" / "sample"  # its cache: tmp_path/runs/compile_cache, empty as yet
@@ -143,7 +144,7 @@ def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_
     for k in range(2):  # fresh interpreters: TensorFlow reads where its cache is before its devices start
         run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
                               str(quick_start.prepro), "--input", str(tmp_path / "in.de"), "--output",
-                              str(tmp_path / f"out{k}.en"), "--beam_size", "2"],
+                              str(tmp_path / f"out{k}.en"), "--beam_size", "2", "--jit_compile", "on"],
                              cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         kept.append({name: os.stat(cache / name).st_mtime_ns for name in os.listdir(cache)})
@@ -155,8 +156,8 @@ def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_
     (tmp_path / "other.de").write_text("\n".join(other) + "\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
                           str(quick_start.prepro), "--input", str(tmp_path / "other.de"), "--output",
-                          str(tmp_path / "other.en"), "--beam_size", "2"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+                          str(tmp_path / "other.en"), "--beam_size", "2", "--jit_compile", "on"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert {name: os.stat(cache / name).st_mtime_ns for name in os.listdir(cache)} == kept[0]
     assert len((tmp_path / "other.en").read_text(encoding="utf-8").splitlines()) == len(other)

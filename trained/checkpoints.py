@@ -192,12 +192,13 @@ def prune_steps(logdir, keep=0):
 
 def load(path, hp, vocabulary_meta=None):
     """The model of a .keras checkpoint written by train.py, uncompiled, built with hp.kernels'
-    parts (whatever it was trained with); a UserError if it is missing, damaged, of other settings
-    than hp's, or trained with another vocabulary than vocabulary_meta's (the meta.json of the
-    vocabulary it is to be used with)."""
+    parts and decoding as hp.jit_compile says (whatever it was trained with); a UserError if it is
+    missing, damaged, of other settings than hp's, or trained with another vocabulary than
+    vocabulary_meta's (the meta.json of the vocabulary it is to be used with)."""
     keras = import_keras()  # the first import of Keras in eval.py and translate.py: quietly
 
     import model as transformer
+    from support import devices
 
     if not os.path.isfile(path):
         raise UserError(f"{path}: checkpoint not found")
@@ -205,6 +206,7 @@ def load(path, hp, vocabulary_meta=None):
         with zipfile.ZipFile(path) as z:
             config = json.loads(z.read("config.json"))
         config["config"]["kernels"] = hp.kernels
+        config["config"]["xla_decoding"] = devices.jit_compile(hp)
         config.pop("compile_config", None)  # uncompiled, as load_model(compile=False)
         if "mixed_float16" in json.dumps(config["config"].get("dtype")) and keras.backend.backend() == "tensorflow":
             quiet_half_precision()  # trained in float16: its layers are made in it
