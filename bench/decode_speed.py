@@ -9,9 +9,10 @@ With a checkpoint, each sentence decodes until </s> (tokens/s counts the tokens 
 none, a freshly initialised model of the preset's size decodes exactly --length tokens per
 sentence (</s> is suppressed until then), so every method does the same number of steps. The
 sources are the first --sentences of the preset's dev split (prepro.py's output), or random ids
-of --source_length tokens where there is none. Cached greedy and beam search are compiled whole by
-XLA once per batch shape; the warm-up does that for every shape first and prints its time, so the
-timed runs measure decoding only (as a long evaluation or a training run sees it). CTranslate2 gets
+of --source_length tokens where there is none. Cached greedy and beam search run as --jit_compile
+says: compiled whole by XLA once per batch shape (on), or as one graph traced once for every shape
+(off: TensorFlow on a CPU by default); the warm-up does that for every shape first and prints its
+time, so the timed runs measure decoding only (as a long evaluation or a training run sees it). CTranslate2 gets
 the same batches, as pieces, with --threads threads (default: every core, as TensorFlow takes),
 decoding up to the same length (1.5 T1 + 10; exactly --length with a fresh model); its beam search
 scores length by length^alpha (ours: GNMT's ((5 + length) / 6)^alpha). With a checkpoint, the share

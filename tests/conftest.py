@@ -18,7 +18,7 @@ import script_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # For this process and every process the tests start: XLA compiles with its LLVM optimisations
-# off (TensorFlow's decoding loops, every step on JAX). On the tests' tiny models compiling, not
+# off (TensorFlow's decoding loops with --jit_compile on, every step on JAX). On the tests' tiny models compiling, not
 # running, is most of that time (about a quarter less of it), and what the tests check, the results
 # of the project's code, does not depend on how well the machine code is optimised.
 XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
