@@ -91,6 +91,10 @@ INLINE_NOT_RUN = [
     ("docs/recipes.md", r"python ablate\.py --table recipes( --report)? --output docs/recipes\.md( --record \S+)?$",
      "trains or reports the whole recipe search (hours, alone on the machine); tests/test_ablate.py runs --table "
      "recipes on made-up figures and README's fenced ablate.py command runs one row of the ablations"),
+    ("docs/ablations-current.md", r"python ablate\.py --table current --only [\w,]+ --ledger "
+     r"docs/ablations-current\.json --output docs/ablations-current\.md( --report)?$",
+     "trains or reports rows against the preset as it is (hours); tests/test_ablate.py runs --table current on "
+     "made-up figures and README's fenced ablate.py command runs one row of the ablations"),
     ("docs/ablations.md", r"python reference.py curves --prepro_dir prepro/multi30k",
      "four trainings at the multi30k_reference size (hours); tests/test_reference.py runs the same command at test "
      "size (one epoch of a tiny model a run)"),
