@@ -5,6 +5,7 @@ over the prefix for every new token (`uncached_greedy_step`); greedy decoding wi
 cached step, one position per step (`greedy_loop`, over Transformer.start_cache and decode_step);
 batched beam search with the GNMT length penalty, the caches reordered with one gather per step
 (`beam_loop` with `ReorderedCache`), or kept in place (`InPlaceBeamCache`, the kernels' choice).
+Run as one graph, a loop sets finished sentences aside as they end (`set_aside`).
 `greedy_decode` and `beam_search` run them compiled (`compiled`). The model owns every pass through
 its layers; this file only chooses tokens. Lines of text in and out: trained/lines.py.
 
@@ -64,7 +65,7 @@ def uncached_greedy_step(model, target_in, memory, source_mask, allow_eos):
 
 # 2. Cached: one new position a step, the earlier keys and values kept (the model's decode_step)
 
-def greedy_loop(model, source, max_len, min_len):
+def greedy_loop(model, source, max_len, min_len, shrink=False):
     """Cached greedy decoding as one loop in the graph (`ops.while_loop`): encode, then one
     token per step until every sentence has produced </s> or max_len tokens.
 
@@ -73,6 +74,7 @@ def greedy_loop(model, source, max_len, min_len):
       max_len: L, an int, or an int scalar tensor in a traced graph (`one_graph`; trained/serving.py's
         SavedModel). It fixes the output and cache shapes.
       min_len: int scalar tensor: </s> is barred before this many tokens.
+      shrink: set finished sentences aside as they end (`set_aside`; one graph only).
 
     Returns:
       ids (N, L) with <pad> after </s>, and log-probabilities (N,).
@@ -80,21 +82,26 @@ def greedy_loop(model, source, max_len, min_len):
     context, caches = model.start_cache(source, max_len)
     n = ops.shape(source)[0]
 
-    def cond(t, tokens, finished, ids, scores, caches):
-        return ops.logical_and(t < max_len, ops.logical_not(ops.all(finished)))
+    def cond(t, live, outputs):
+        return ops.logical_and(t < max_len, ops.logical_not(ops.all(live["finished"])))
 
-    def body(t, tokens, finished, ids, scores, caches):
-        log_probs, caches = model.decode_step(tokens, t, context, caches)  # (N, V')
-        next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (N,), (N,)
-        next_ids = ops.where(finished, PAD, next_ids)  # (N,)
-        scores = scores + ops.where(finished, 0.0, chosen)  # (N,)
-        ids = ops.slice_update(ids, (0, t), ops.expand_dims(next_ids, 1))  # (N, L)
-        return t + 1, next_ids, ops.logical_or(finished, ops.equal(next_ids, EOS)), ids, scores, caches
+    def body(t, live, outputs):
+        log_probs, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"])  # (n, V')
+        next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (n,), (n,)
+        next_ids = ops.where(live["finished"], PAD, next_ids)  # (n,)
+        live = dict(live, tokens=next_ids, caches=caches,
+                    finished=ops.logical_or(live["finished"], ops.equal(next_ids, EOS)),
+                    scores=live["scores"] + ops.where(live["finished"], 0.0, chosen),  # (n,)
+                    ids=ops.slice_update(live["ids"], (0, t), ops.expand_dims(next_ids, 1)))  # (n, L)
+        if shrink:
+            (live,), outputs = set_aside(live["finished"], [(live, 1)], outputs, (live["ids"], live["scores"]))
+        return t + 1, live, outputs
 
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n,), BOS, "int32"), ops.zeros((n,), "bool"),
-             ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"), caches)
-    _, _, _, ids, scores, _ = ops.while_loop(cond, body, start)
-    return ids, scores
+    live = dict(tokens=ops.full((n,), BOS, "int32"), finished=ops.zeros((n,), "bool"),
+                ids=ops.zeros((n, max_len), "int32"), scores=ops.zeros((n,), "float32"),
+                context=context, caches=caches, rows=ops.arange(n, dtype="int32"))
+    _, live, outputs = ops.while_loop(cond, body, (ops.convert_to_tensor(0, "int32"), live, empty_outputs(n, max_len)))
+    return put_back(outputs, live["rows"], (live["ids"], live["scores"]))
 
 
 # 3. Beam search: the K best hypotheses of every sentence, extended together
@@ -196,21 +203,25 @@ class ReorderedCache:
     keys/values repeated K times. After each step the rows are reordered with one gather, so that
     row j holds the history of the hypothesis now in slot j.
 
-    `initial` is the loop's cache state; `step(tokens, t, state)` gives the next-token
-    log-probabilities (N*K, V') and the new state; `reorder(state, parents)` follows parents (N, K).
+    `initial` is the loop's cache state, (context, caches); `step(tokens, t, state)` gives the
+    next-token log-probabilities (N*K, V') and the new state; `reorder(state, parents)` follows
+    parents (N, K). `rows_per_sentence`: the rows of the state's tensors a sentence has (K here).
     """
 
     def __init__(self, model, source, max_len, beam_size):
-        self.model = model
-        self.context, self.initial = model.start_cache(source, max_len, repeat=beam_size)
-        self.first_row = ops.expand_dims(ops.arange(ops.shape(source)[0], dtype="int32") * beam_size, 1)  # (N, 1)
+        self.model, self.beam_size, self.rows_per_sentence = model, beam_size, beam_size
+        self.initial = model.start_cache(source, max_len, repeat=beam_size)
 
-    def step(self, tokens, t, caches):
-        return self.model.decode_step(tokens, t, self.context, caches)  # (N*K, V')
+    def step(self, tokens, t, state):
+        context, caches = state
+        log_probs, caches = self.model.decode_step(tokens, t, context, caches)  # (N*K, V')
+        return log_probs, (context, caches)
 
-    def reorder(self, caches, parents):
-        rows = ops.reshape(self.first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
-        return [tuple(ops.take(c, rows, axis=0) for c in cache) for cache in caches]  # (N*K, h, L, d_k) each
+    def reorder(self, state, parents):
+        context, caches = state
+        first_row = ops.expand_dims(ops.arange(ops.shape(parents)[0], dtype="int32") * self.beam_size, 1)  # (N, 1)
+        rows = ops.reshape(first_row + parents, (-1,))  # (N*K,) the row each hypothesis came from
+        return context, [tuple(ops.take(c, rows, axis=0) for c in cache) for cache in caches]  # (N*K, h, L, d_k) each
 
 
 class InPlaceBeamCache:
@@ -219,30 +230,31 @@ class InPlaceBeamCache:
     hypothesis then in slot k. Rows never move; each hypothesis carries the mask of its ancestors'
     entries (`history`, reordered instead of the caches), and the encoder output's keys/values are
     kept once per sentence, not K times. Each step runs the model's decode_step with the K hypotheses of a
-    sentence as K queries of one row. Methods as ReorderedCache's."""
+    sentence as K queries of one row. Methods as ReorderedCache's; the state is (context, history,
+    caches), a row per sentence."""
 
     def __init__(self, model, source, max_len, beam_size):
-        self.model, self.beam_size = model, beam_size
-        self.context, caches = model.start_cache(source, max_len * beam_size)
+        self.model, self.beam_size, self.rows_per_sentence = model, beam_size, 1
+        context, caches = model.start_cache(source, max_len * beam_size)
         n = ops.shape(source)[0]
-        self.initial = (ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
+        self.initial = (context, ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
         self.slots = ops.expand_dims(ops.arange(beam_size, dtype="int32"), 1)  # (K, 1)
         self.entries = ops.expand_dims(ops.arange(max_len * beam_size, dtype="int32"), 0)  # (1, L*K)
 
     def step(self, tokens, t, state):
-        history, caches = state
+        context, history, caches = state
         written = ops.equal(self.entries, t * self.beam_size + self.slots)  # (K, L*K) the entries step t writes
         history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
-        log_probs, caches = self.model.decode_step(tokens, t, self.context, caches, target_mask=history,
+        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=history,
                                                    group=self.beam_size)  # (N*K, V')
-        return log_probs, (history, caches)
+        return log_probs, (context, history, caches)
 
     def reorder(self, state, parents):
-        history, caches = state
-        return gather_beams(history, parents), caches  # (N, K, L*K)
+        context, history, caches = state
+        return context, gather_beams(history, parents), caches  # (N, K, L*K)
 
 
-def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
+def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", shrink=False):
     """Batched beam search as one loop in the graph; see `beam_search`.
 
     Every sentence's K hypotheses are K decoding rows; the caches follow them as the model's
@@ -253,6 +265,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
       max_len: L, a Python int, or an int scalar tensor in a traced graph (`one_graph`); min_len: int
         scalar tensor.
       beam_size: K (Python int); alpha: length penalty exponent (Python float); stop: beam_step's.
+      shrink: set sentences aside once they are done (`set_aside`; one graph only).
 
     Returns:
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
@@ -261,18 +274,69 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound"):
     layout = InPlaceBeamCache if model.kernels.in_place_beam_cache else ReorderedCache
     cache = layout(model, source, max_len, beam_size)
 
-    def cond(t, tokens, state, cache_state):
+    def cond(t, tokens, state, cache_state, outputs):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
-    def body(t, tokens, state, cache_state):
+    def body(t, tokens, state, cache_state, outputs):
         log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
+        rows = state["rows"]  # (N,) each sentence's row in the batch
         state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop)
-        return t + 1, tokens, state, cache.reorder(cache_state, parents)
+        state = dict(state, rows=rows)
+        cache_state = cache.reorder(cache_state, parents)
+        if shrink:
+            (state, tokens, cache_state), outputs = set_aside(
+                state["done"], [(state, 1), (tokens, beam_size), (cache_state, cache.rows_per_sentence)], outputs,
+                beam_result(state))
+        return t + 1, tokens, state, cache_state, outputs
 
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
-             beam_start(n, beam_size, max_len), cache.initial)
-    _, _, state, _ = ops.while_loop(cond, body, start)
-    return beam_result(state)
+    state = dict(beam_start(n, beam_size, max_len), rows=ops.arange(n, dtype="int32"))
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"), state, cache.initial,
+             empty_outputs(n, max_len))
+    _, _, state, _, outputs = ops.while_loop(cond, body, start)
+    return put_back(outputs, state["rows"], beam_result(state))
+
+
+# 4. Shrinking batches: the sentences still being decoded, the others set aside
+
+def empty_outputs(n, max_len):
+    """Where the loops put each sentence's result, by its row in the batch: ids (N, L), scores (N,)."""
+    return ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32")
+
+
+def put_back(outputs, rows, results):
+    """outputs (ids (N, L), scores (N,)) with results (ids (n, L), scores (n,)) written at rows (n,)."""
+    return tuple(ops.scatter_update(out, ops.expand_dims(rows, 1), result) for out, result in zip(outputs, results))
+
+
+def set_aside(done, live, outputs, results):
+    """Once a quarter or more of the n sentences a loop still decodes are done, their results go to
+    outputs (put_back, at their rows) and every tensor of live keeps only the other sentences' rows.
+
+    Each step costs in proportion to the rows it computes: sentences of a batch end at different
+    steps, and a batch's last steps often decode a few of its sentences. A loop traced as one graph
+    (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every shape.
+    Waiting for a quarter keeps the copying of the caches to a few times a batch.
+
+    Args:
+      done: (n,) bool.
+      live: a list of (tensors, R): nested tensors whose first axis holds R rows a sentence, adjacent
+        (n*R rows); the first entry's dict has "rows" (n,), each sentence's row in the batch.
+      outputs: as put_back's; results: (ids (n, L), scores (n,)) of the n sentences.
+
+    Returns:
+      (live, outputs), live's tensors with the rows of the sentences not done.
+    """
+    def drop():
+        gone, stay = ops.nonzero(done)[0], ops.nonzero(ops.logical_not(done))[0]  # (m,), (n-m,)
+        written = put_back(outputs, ops.take(live[0][0]["rows"], gone), [ops.take(r, gone, axis=0) for r in results])
+        kept = []
+        for tensors, per in live:
+            rows = ops.reshape(ops.expand_dims(stay * per, 1) + ops.arange(per, dtype=stay.dtype), (-1,))  # (R*(n-m),)
+            kept.append(keras.tree.map_structure(lambda x, rows=rows: ops.take(x, rows, axis=0), tensors))
+        return kept, written
+
+    worth = ops.sum(ops.cast(done, "int32")) * 4 >= ops.shape(done)[0]
+    return ops.cond(worth, drop, lambda: ([tensors for tensors, _ in live], outputs))
 
 
 # Compiled, and called on NumPy batches
@@ -286,7 +350,8 @@ def compiled(model, fn, static=()):
     --jit_compile setting): compiled whole by XLA (`jit_compile`: one call per batch, fused kernels,
     buffers updated in place, but a compilation for each batch shape and static value, seconds
     each), or as one TensorFlow graph for every batch shape and output length (`one_graph`:
-    traced once, nothing to compile, each op run on its own). The reference's uncached step is a
+    traced once, nothing to compile, each op run on its own; the batch shrinks as its sentences
+    end, `set_aside`). The reference's uncached step is a
     tf.function with relaxed shapes (one trace for every prefix length). AutoGraph is off: the
     loops are `ops.while_loop` already, with no Python control flow over tensors to rewrite (about
     half a second less before the first translation). On JAX, each is a `jax.jit` function of the
@@ -300,7 +365,7 @@ def compiled(model, fn, static=()):
             import tensorflow as tf
             loop = fn in (greedy_loop, beam_loop)
             if loop and not model.xla_decoding:
-                bound = one_graph(bound)
+                bound = one_graph(functools.partial(bound, shrink=True))
             else:
                 bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)
                 tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
@@ -311,9 +376,10 @@ def compiled(model, fn, static=()):
 
 
 def one_graph(loop):
-    """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`), as one
-    TensorFlow graph that takes every batch shape and output length: source (N, T1) of any shape
-    and max_len as tensors, traced once for each value of the rest (the beam's size, alpha, stop)."""
+    """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`, given
+    shrink), as one TensorFlow graph that takes every batch shape and output length: source (N, T1)
+    of any shape and max_len as tensors, traced once for each value of the rest (the beam's size,
+    alpha, stop)."""
     import tensorflow as tf
 
     graphs = {}

@@ -251,7 +251,7 @@ def export_saved_model(translator, output):
 
     def decode(source):
         max_len = default_max_len(model, tf.shape(source)[1])  # as translate.py decodes
-        return greedy_loop(model, source, max_len, tf.constant(0))[0]  # (P, L)
+        return greedy_loop(model, source, max_len, tf.constant(0), shrink=True)[0]  # (P, L), one graph: it shrinks
 
     def translate(sentences):
         text = data_load.clean_tensor(sentences)  # (N,) as translate.py cleans them
