@@ -309,13 +309,16 @@ def put_back(outputs, rows, results):
 
 
 def set_aside(done, live, outputs, results):
-    """Once a quarter or more of the n sentences a loop still decodes are done, their results go to
-    outputs (put_back, at their rows) and every tensor of live keeps only the other sentences' rows.
+    """Once the sentences a loop still decodes fit in half its n rows or fewer, it keeps the
+    smallest power of two of rows that holds them (done ones fill the rest); the others' results
+    go to outputs (put_back, at their rows) and every tensor of live keeps only the kept rows.
 
     Each step costs in proportion to the rows it computes: sentences of a batch end at different
     steps, and a batch's last steps often decode a few of its sentences. A loop traced as one graph
     (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every shape.
-    Waiting for a quarter keeps the copying of the caches to a few times a batch.
+    Powers of two keep the row counts few, shared by every batch: each new shape costs the first
+    step that meets it (the CPU kernels are made for each shape), and the caches are copied only
+    a few times a batch. A done sentence kept decodes on unchanged (<pad>, its score fixed).
 
     Args:
       done: (n,) bool.
@@ -324,19 +327,23 @@ def set_aside(done, live, outputs, results):
       outputs: as put_back's; results: (ids (n, L), scores (n,)) of the n sentences.
 
     Returns:
-      (live, outputs), live's tensors with the rows of the sentences not done.
+      (live, outputs), live's tensors with the kept sentences' rows.
     """
+    n = ops.shape(done)[0]
+    open_count = ops.cast(ops.maximum(n - ops.sum(ops.cast(done, "int32")), 1), "float32")
+    size = ops.cast(ops.power(2.0, ops.ceil(ops.log2(open_count))), "int32")  # the rows to keep
+
     def drop():
-        gone, stay = ops.nonzero(done)[0], ops.nonzero(ops.logical_not(done))[0]  # (m,), (n-m,)
+        order = ops.concatenate([ops.nonzero(ops.logical_not(done))[0], ops.nonzero(done)[0]])  # (n,) open first
+        stay, gone = order[:size], order[size:]  # (size,), (n - size,)
         written = put_back(outputs, ops.take(live[0][0]["rows"], gone), [ops.take(r, gone, axis=0) for r in results])
         kept = []
         for tensors, per in live:
-            rows = ops.reshape(ops.expand_dims(stay * per, 1) + ops.arange(per, dtype=stay.dtype), (-1,))  # (R*(n-m),)
+            rows = ops.reshape(ops.expand_dims(stay * per, 1) + ops.arange(per, dtype=stay.dtype), (-1,))  # (R*size,)
             kept.append(keras.tree.map_structure(lambda x, rows=rows: ops.take(x, rows, axis=0), tensors))
         return kept, written
 
-    worth = ops.sum(ops.cast(done, "int32")) * 4 >= ops.shape(done)[0]
-    return ops.cond(worth, drop, lambda: ([tensors for tensors, _ in live], outputs))
+    return ops.cond(size < n, drop, lambda: ([tensors for tensors, _ in live], outputs))
 
 
 # Compiled, and called on NumPy batches

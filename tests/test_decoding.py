@@ -259,34 +259,39 @@ def test_one_graph_is_traced_once_for_every_batch_shape_and_decodes_as_xla_does(
     assert not hasattr(decoding.compiled(xla, decoding.greedy_loop), "graphs")
 
 
-def test_set_aside_writes_out_the_done_sentences_and_keeps_the_rows_of_the_others():
-    """Once a quarter of the sentences a loop decodes are done, their results go to the outputs at
-    their rows in the batch, and every live tensor keeps the other sentences' rows (R adjacent rows
-    a sentence for hypothesis rows); with fewer done, nothing moves."""
+def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
+    """Once the open sentences fit in half the rows or fewer, a loop keeps the smallest power of two
+    of rows that holds them, open ones first (a done one fills the rest): the others' results go
+    to the outputs at their rows in the batch, and every live tensor keeps the kept sentences'
+    rows (R adjacent rows a sentence for hypothesis rows). With more open, nothing moves."""
     n, length = 5, 3
     rows = np.array([4, 0, 2, 1, 3], np.int32)  # each live sentence's row in the batch
     ids = np.arange(n * length, dtype=np.int32).reshape(n, length) + 1  # (n, L)
     scores = -np.arange(1, n + 1, dtype=np.float32)  # (n,)
     hypotheses = np.arange(2 * n, dtype=np.int32)  # (n*2,) two rows a sentence
-    live = [({"rows": ops.convert_to_tensor(rows), "ids": ops.convert_to_tensor(ids)}, 1),
-            (ops.convert_to_tensor(hypotheses), 2)]
-    outputs = decoding.empty_outputs(n, length)
-    done = np.array([False, True, False, True, False])
-    (kept, kept_hypotheses), (out_ids, out_scores) = decoding.set_aside(
-        ops.convert_to_tensor(done), live, outputs, (ops.convert_to_tensor(ids), ops.convert_to_tensor(scores)))
-    np.testing.assert_array_equal(ops.convert_to_numpy(kept["rows"]), rows[~done])
-    np.testing.assert_array_equal(ops.convert_to_numpy(kept["ids"]), ids[~done])
-    np.testing.assert_array_equal(ops.convert_to_numpy(kept_hypotheses), [0, 1, 4, 5, 8, 9])
+
+    def set_aside(done, count):
+        live = [({"rows": ops.convert_to_tensor(rows[:count]), "ids": ops.convert_to_tensor(ids[:count])}, 1),
+                (ops.convert_to_tensor(hypotheses[:2 * count]), 2)]
+        (kept, kept_hypotheses), outputs = decoding.set_aside(
+            ops.convert_to_tensor(np.array(done)), live, decoding.empty_outputs(n, length),
+            (ops.convert_to_tensor(ids[:count]), ops.convert_to_tensor(scores[:count])))
+        return [ops.convert_to_numpy(x) for x in (kept["rows"], kept["ids"], kept_hypotheses, *outputs)]
+
+    # three open of five: four rows kept, the open ones and the first done one
+    kept_rows, kept_ids, kept_hypotheses, out_ids, out_scores = set_aside([False, True, False, True, False], n)
+    np.testing.assert_array_equal(kept_rows, rows[[0, 2, 4, 1]])
+    np.testing.assert_array_equal(kept_ids, ids[[0, 2, 4, 1]])
+    np.testing.assert_array_equal(kept_hypotheses, [0, 1, 4, 5, 8, 9, 2, 3])
     want_ids, want_scores = np.zeros((n, length), np.int32), np.zeros(n, np.float32)
-    want_ids[rows[done]], want_scores[rows[done]] = ids[done], scores[done]
-    np.testing.assert_array_equal(ops.convert_to_numpy(out_ids), want_ids)
-    np.testing.assert_array_equal(ops.convert_to_numpy(out_scores), want_scores)
-    one_done = ops.convert_to_tensor(np.arange(n) == 1)  # one of five: under a quarter
-    (same, same_hypotheses), (out_ids, _) = decoding.set_aside(
-        one_done, live, outputs, (ops.convert_to_tensor(ids), ops.convert_to_tensor(scores)))
-    np.testing.assert_array_equal(ops.convert_to_numpy(same["ids"]), ids)
-    np.testing.assert_array_equal(ops.convert_to_numpy(same_hypotheses), hypotheses)
-    assert not ops.convert_to_numpy(out_ids).any()
+    want_ids[rows[3]], want_scores[rows[3]] = ids[3], scores[3]  # the one set aside
+    np.testing.assert_array_equal(out_ids, want_ids)
+    np.testing.assert_array_equal(out_scores, want_scores)
+    # three open of four: all four rows stay
+    kept_rows, kept_ids, kept_hypotheses, out_ids, _ = set_aside([False, True, False, False], 4)
+    np.testing.assert_array_equal(kept_ids, ids[:4])
+    np.testing.assert_array_equal(kept_hypotheses, hypotheses[:8])
+    assert not out_ids.any()
 
 
 def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
