@@ -13,8 +13,9 @@ deleted after), as a user's first translate.py on a machine does, or with --cach
 of the run's own cache as eval.py (and on JAX, train.py) left it: the programs compiled for dev
 serve the file's batches of the same shapes (data_load.decode_batches). Its model is loaded before
 the clock starts, as is CTranslate2's conversion. For each search it prints the batches, their shapes and padding, for
-greedy decoding how many rows x steps the loops ran for each token written (rows that finished
-early are computed on until their batch ends), and for each batch shape the seconds its batches
+greedy decoding how many rows x steps whole batches run for each token written (rows that finished
+early computed on until their batch ends, as with XLA; as one graph the batch shrinks,
+decoding.set_aside), and for each batch shape the seconds its batches
 took in each pass: the first pass's excess over the second is what that shape's program cost to
 trace and compile (or to find in the cache) before it ran, or with one graph, what tracing it cost
 (in the first batch's shape).
