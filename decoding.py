@@ -9,8 +9,8 @@ Run as one graph, a loop sets finished sentences aside as they end (`set_aside`)
 `greedy_decode` and `beam_search` run them compiled (`compiled`). The model owns every pass through
 its layers; this file only chooses tokens. Lines of text in and out: trained/lines.py.
 
-Shapes: N sentences, T1 source length, K beam size, L the most output tokens (the cache length),
-V' the logits columns, h heads, d_k d_model / h.
+Shapes: N sentences (n: those a loop still decodes), T1 source length, K beam size, L the most
+output tokens (the cache length), V' the logits columns, h heads, d_k d_model / h.
 """
 import functools
 import warnings
