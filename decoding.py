@@ -92,7 +92,7 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
         live = dict(live, tokens=next_ids, caches=caches,
                     finished=ops.logical_or(live["finished"], ops.equal(next_ids, EOS)),
                     scores=live["scores"] + ops.where(live["finished"], 0.0, chosen),  # (n,)
-                    ids=ops.slice_update(live["ids"], (0, t), ops.expand_dims(next_ids, 1)))  # (n, L)
+                    ids=model.parts.slice_update(live["ids"], (0, t), ops.expand_dims(next_ids, 1)))  # (n, L)
         if shrink:
             (live,), outputs = set_aside(live["finished"], [(live, 1)], outputs, (live["ids"], live["scores"]))
         return t + 1, live, outputs
@@ -100,8 +100,9 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
     live = dict(tokens=ops.full((n,), BOS, "int32"), finished=ops.zeros((n,), "bool"),
                 ids=ops.zeros((n, max_len), "int32"), scores=ops.zeros((n,), "float32"),
                 context=context, caches=caches, rows=ops.arange(n, dtype="int32"))
-    _, live, outputs = ops.while_loop(cond, body, (ops.convert_to_tensor(0, "int32"), live, empty_outputs(n, max_len)))
-    return put_back(outputs, live["rows"], (live["ids"], live["scores"]))
+    outputs = empty_outputs(n, max_len) if shrink else ()  # the sentences set aside
+    _, live, outputs = ops.while_loop(cond, body, (ops.convert_to_tensor(0, "int32"), live, outputs))
+    return put_back(outputs, live["rows"], (live["ids"], live["scores"])) if shrink else (live["ids"], live["scores"])
 
 
 # 3. Beam search: the K best hypotheses of every sentence, extended together
@@ -150,8 +151,8 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * 2K + rank
     columns = ops.take_along_axis(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top, axis=1)  # (N, 2K)
     top_beams, top_tokens = top // ops.shape(own)[-1], model.to_ids(columns)  # (N, 2K)
-    top_seqs = ops.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
-                                ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
+    top_seqs = model.parts.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
+                                        ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
     is_eos = ops.equal(top_tokens, EOS)  # (N, 2K)
     # 2. finished: </s> among the best K candidates of a sentence not yet done
     eligible = ops.logical_and(is_eos, ops.arange(2 * beam_size) < beam_size)  # (N, 2K)
@@ -291,9 +292,9 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", s
 
     state = dict(beam_start(n, beam_size, max_len), rows=ops.arange(n, dtype="int32"))
     start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"), state, cache.initial,
-             empty_outputs(n, max_len))
+             empty_outputs(n, max_len) if shrink else ())  # the sentences set aside
     _, _, state, _, outputs = ops.while_loop(cond, body, start)
-    return put_back(outputs, state["rows"], beam_result(state))
+    return put_back(outputs, state["rows"], beam_result(state)) if shrink else beam_result(state)
 
 
 # 4. Shrinking batches: the sentences still being decoded, the others set aside

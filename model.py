@@ -39,7 +39,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
     checkpoint loads with whichever kernels are asked for (checkpoints.load: the run's --kernels;
     keras.models.load_model: plain). Nor is xla_decoding, whether TensorFlow compiles the decoding
     loops with XLA for each batch shape or runs them as one graph for all (decoding.compiled; the
-    --jit_compile setting, support.devices.jit_compile; None: its auto choice).
+    --jit_compile setting, support.devices.jit_compile; None: its auto choice), which also chooses
+    how the loops write into the caches (fast.decoding_parts; `parts`: what the layers are built with).
     """
 
     def __init__(self, vocab_size, d_model, d_ff, num_blocks, num_heads, dropout_rate=0.1,
@@ -59,7 +60,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.attention_dropout = attention_dropout  # None: dropout_rate
         self.choices, self.kernels = modules.Choices.of(choices), fast.choose(kernels)
         self.xla_decoding = devices.jit_compile() if xla_decoding is None else bool(xla_decoding)
-        parts = self.kernels.parts
+        # the parts every layer is built with: --kernels', and decoding's write as the loops run
+        self.parts = parts = fast.decoding_parts(self.kernels.parts, self.xla_decoding)
         shared = self.choices.share_embeddings
         embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
         # the target side's, and (shared, as in 3.4) the source's and the output projection's too

@@ -10,9 +10,10 @@ hyperparams.Hparams) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
 The layers are built from a few primitives, `Parts` (first below): a kernel-size-1 convolution,
-dropout, layer normalization and the loss. Each layer takes the parts it is built with, plain by
-default; kernels/fast.py has faster kernels for some of them, with the same weights and results, which the
-model hands to its layers when --kernels asks for them. Every forward pass, plain or fast,
+dropout, layer normalization, the loss and decoding's write into its caches. Each layer takes the
+parts it is built with, plain by default; kernels/fast.py has faster kernels for some of them, with
+the same weights and results, which the model hands to its layers when --kernels asks for them (and
+the write, as the decoding loops are compiled). Every forward pass, plain or fast,
 training or decoding, runs the `call` methods written here.
 
 Shape letters: N batch, T1 source length, T2 target length, T any length, L cache length, h heads,
@@ -56,6 +57,7 @@ class Parts:
     Dropout: type = keras.layers.Dropout  # (5.4)
     LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
     cross_entropy: Optional[Callable] = None  # the loss per token (5.4); None: smoothed_cross_entropy
+    slice_update: Callable = ops.slice_update  # decoding's write of a step into its caches and outputs
 
 
 PLAIN = Parts()
@@ -295,6 +297,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = keras.layers.Dense(d_model, name="value")
         self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
         self.dropout = (parts or PLAIN).Dropout(dropout_rate)
+        self.slice_update = (parts or PLAIN).slice_update
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
@@ -357,8 +360,8 @@ class MultiHeadAttention(keras.layers.Layer):
         elif cache_index is not None:
             start = (0, 0, cache_index, 0)
             k_new, v_new = self.keys_values(query)  # (N, h, Tq, d_k) each
-            k = ops.slice_update(cache[0], start, ops.cast(k_new, cache[0].dtype))  # (N, h, L, d_k)
-            v = ops.slice_update(cache[1], start, ops.cast(v_new, cache[1].dtype))  # (N, h, L, d_k)
+            k = self.slice_update(cache[0], start, ops.cast(k_new, cache[0].dtype))  # (N, h, L, d_k)
+            v = self.slice_update(cache[1], start, ops.cast(v_new, cache[1].dtype))  # (N, h, L, d_k)
             cache = (k, v)
         else:
             k, v = cache  # (N, h, Tk, d_k) each

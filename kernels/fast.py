@@ -15,6 +15,9 @@ decoding.beam_loop uses. docs/archive/speed-to-2026-12-05.md gives each one's me
   cross_entropy           the smoothed loss with its gradient written out
   adam                    Adam's update of each weight as one fused kernel (TensorFlow)
   beam_cache              beam search without reordering caches (decoding.InPlaceBeamCache)
+
+Decoding as one graph (no XLA, a CPU's default) also writes into its caches with TensorFlow's own op
+(`decoding_parts`), chosen with the model's xla_decoding, not by --kernels.
 """
 import dataclasses
 
@@ -181,6 +184,28 @@ class Adam(keras.optimizers.Adam):
             lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
             epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.convert_to_tensor(tf.cast(gradient, dtype)))  # sparse (embedding) gradients: dense
+
+
+# Decoding's writes as one graph: TensorFlow's own op for a slice written at a step
+
+def slice_update_in_graph(x, start, update):
+    """ops.slice_update(x, start, update) as TensorFlow's strided-slice update. Keras writes it as
+    XLA's dynamic-update-slice, which a loop run as one graph, without XLA, compiles on its own for
+    every shape it meets (a program each, kept in the persistent compilation cache): many, once a
+    batch shrinks (decoding.set_aside). start: ints or int scalar tensors, one per axis of x."""
+    import tensorflow as tf
+
+    begin = tf.stack([tf.cast(i, tf.int32) for i in start])  # (rank,)
+    return tf.raw_ops.TensorStridedSliceUpdate(input=x, begin=begin, end=begin + tf.shape(update),
+                                               strides=tf.ones_like(begin), value=update)
+
+
+def decoding_parts(parts, xla_decoding):
+    """parts with the write decoding's loops run as they are compiled: XLA's own (the plain one)
+    under XLA or JAX, TensorFlow's op where the loops run as one graph (model.Transformer's choice)."""
+    if xla_decoding or keras.backend.backend() != "tensorflow":
+        return parts
+    return dataclasses.replace(parts, slice_update=slice_update_in_graph)
 
 
 # Choosing

@@ -7,6 +7,7 @@ from keras import ops
 import decoding
 import hyperparams
 import model as transformer
+import modules
 from conftest import add_a_stack_residual, add_another_residual, bar_a_column
 from data_load import BOS, EOS, PAD
 
@@ -64,7 +65,7 @@ def test_a_beam_of_one_chooses_greedys_token_where_the_score_would_round_a_near_
     import types
 
     vocab = 12
-    model = types.SimpleNamespace(output_size=vocab, to_ids=lambda columns: columns)
+    model = types.SimpleNamespace(output_size=vocab, to_ids=lambda columns: columns, parts=modules.PLAIN)
     log_probs = np.full((1, vocab), -20.0, np.float32)
     log_probs[0, 5], log_probs[0, 7] = -1.00001, -1.0
     state = decoding.beam_start(1, 1, 4)
@@ -256,6 +257,10 @@ def test_one_graph_is_traced_once_for_every_batch_shape_and_decodes_as_xla_does(
     for loop in (decoding.greedy_loop, decoding.beam_loop):
         traced = decoding.compiled(graph, loop).graphs  # one graph for each value of the beam's settings
         assert [f.experimental_get_tracing_count() for f in traced.values()] == [1], loop.__name__
+        # no op that XLA would compile on its own for each shape (the loops' bodies included)
+        graph_def = next(iter(traced.values())).get_concrete_function().graph.as_graph_def()
+        ops_used = {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
+        assert not [op for op in ops_used if op.startswith("Xla")], loop.__name__
     assert not hasattr(decoding.compiled(xla, decoding.greedy_loop), "graphs")
 
 

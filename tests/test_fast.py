@@ -32,7 +32,31 @@ def test_kernels_settings_name_the_chosen_kernels_and_parts_hold_them():
     assert fast.parts(fast.chosen("plain")) == modules.PLAIN == modules.Parts()
     chosen = fast.parts(fast.chosen("feed_forward, beam_cache"))
     assert chosen.Pointwise is fast.Pointwise and chosen.Dropout is keras.layers.Dropout
-    assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()}
+    # every part is a kernel's but decoding's write, which follows how the loops are compiled
+    assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()} | {
+        "slice_update"}
+    assert fast.decoding_parts(chosen, xla_decoding=True) == chosen
+    in_graph = fast.decoding_parts(chosen, xla_decoding=False)
+    assert in_graph.slice_update is (fast.slice_update_in_graph if TENSORFLOW else ops.slice_update)
+    assert dataclasses.replace(in_graph, slice_update=chosen.slice_update) == chosen
+
+
+def test_the_write_as_one_graph_is_the_plain_write_and_compiles_nothing():
+    """Decoding's write into its caches as one graph (TensorFlow's strided-slice update) gives what
+    ops.slice_update gives, at steps given as ints or traced scalars, in a function of unknown shapes."""
+    if not TENSORFLOW:
+        pytest.skip("the write as one graph is TensorFlow's")
+    import tensorflow as tf
+    cache, update = rand(3, 2, 7, 4), rand(3, 2, 2, 4, seed=1)  # (N, h, L, d_k), two entries
+    for step in (0, 3, 5):
+        want = ops.convert_to_numpy(ops.slice_update(cache, (0, 0, step, 0), update))
+        np.testing.assert_array_equal(ops.convert_to_numpy(fast.slice_update_in_graph(cache, (0, 0, step, 0), update)),
+                                      want)
+        traced = tf.function(lambda c, u, t: fast.slice_update_in_graph(c, (0, 0, t, 0), u), input_signature=(
+            tf.TensorSpec((None, 2, None, 4)), tf.TensorSpec((None, 2, None, 4)), tf.TensorSpec((), tf.int32)))
+        np.testing.assert_array_equal(traced(cache, update, tf.constant(step)).numpy(), want)
+        ops_used = {node.op for node in traced.get_concrete_function().graph.as_graph_def().node}
+        assert not any(op.startswith("Xla") for op in ops_used), ops_used
 
 
 def test_the_choice_of_kernels_is_one_record_with_a_field_per_place():
