@@ -82,10 +82,10 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
     context, caches = model.start_cache(source, max_len)
     n = ops.shape(source)[0]
 
-    def cond(t, live, outputs):
+    def cond(t, live, aside):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(live["finished"])))
 
-    def body(t, live, outputs):
+    def body(t, live, aside):
         log_probs, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"])  # (n, V')
         next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (n,), (n,)
         next_ids = ops.where(live["finished"], PAD, next_ids)  # (n,)
@@ -94,15 +94,15 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
                     scores=live["scores"] + ops.where(live["finished"], 0.0, chosen),  # (n,)
                     ids=model.parts.slice_update(live["ids"], (0, t), ops.expand_dims(next_ids, 1)))  # (n, L)
         if shrink:
-            (live,), outputs = set_aside(live["finished"], [(live, 1)], outputs, (live["ids"], live["scores"]))
-        return t + 1, live, outputs
+            (live,), aside = set_aside(live["finished"], [(live, 1)], aside, lambda: (live["ids"], live["scores"]))
+        return t + 1, live, aside
 
     live = dict(tokens=ops.full((n,), BOS, "int32"), finished=ops.zeros((n,), "bool"),
                 ids=ops.zeros((n, max_len), "int32"), scores=ops.zeros((n,), "float32"),
-                context=context, caches=caches, rows=ops.arange(n, dtype="int32"))
-    outputs = empty_outputs(n, max_len) if shrink else ()  # the sentences set aside
-    _, live, outputs = ops.while_loop(cond, body, (ops.convert_to_tensor(0, "int32"), live, outputs))
-    return put_back(outputs, live["rows"], (live["ids"], live["scores"])) if shrink else (live["ids"], live["scores"])
+                context=context, caches=caches)
+    aside = nothing_aside(n, max_len) if shrink else ()
+    _, live, aside = ops.while_loop(cond, body, (ops.convert_to_tensor(0, "int32"), live, aside))
+    return put_back(aside, (live["ids"], live["scores"])) if shrink else (live["ids"], live["scores"])
 
 
 # 3. Beam search: the K best hypotheses of every sentence, extended together
@@ -275,60 +275,64 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", s
     layout = InPlaceBeamCache if model.kernels.in_place_beam_cache else ReorderedCache
     cache = layout(model, source, max_len, beam_size)
 
-    def cond(t, tokens, state, cache_state, outputs):
+    def cond(t, tokens, state, cache_state, aside):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
-    def body(t, tokens, state, cache_state, outputs):
+    def body(t, tokens, state, cache_state, aside):
         log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
-        rows = state["rows"]  # (N,) each sentence's row in the batch
         state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop)
-        state = dict(state, rows=rows)
         cache_state = cache.reorder(cache_state, parents)
         if shrink:
-            (state, tokens, cache_state), outputs = set_aside(
-                state["done"], [(state, 1), (tokens, beam_size), (cache_state, cache.rows_per_sentence)], outputs,
-                beam_result(state))
-        return t + 1, tokens, state, cache_state, outputs
+            (state, tokens, cache_state), aside = set_aside(
+                state["done"], [(state, 1), (tokens, beam_size), (cache_state, cache.rows_per_sentence)], aside,
+                lambda: beam_result(state))
+        return t + 1, tokens, state, cache_state, aside
 
-    state = dict(beam_start(n, beam_size, max_len), rows=ops.arange(n, dtype="int32"))
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"), state, cache.initial,
-             empty_outputs(n, max_len) if shrink else ())  # the sentences set aside
-    _, _, state, _, outputs = ops.while_loop(cond, body, start)
-    return put_back(outputs, state["rows"], beam_result(state)) if shrink else beam_result(state)
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
+             beam_start(n, beam_size, max_len), cache.initial, nothing_aside(n, max_len) if shrink else ())
+    _, _, state, _, aside = ops.while_loop(cond, body, start)
+    return put_back(aside, beam_result(state)) if shrink else beam_result(state)
 
 
 # 4. Shrinking batches: the sentences still being decoded, the others set aside
 
-def empty_outputs(n, max_len):
-    """Where the loops put each sentence's result, by its row in the batch: ids (N, L), scores (N,)."""
-    return ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32")
+def nothing_aside(n, max_len):
+    """What a shrinking loop carries besides its live tensors, before any sentence is set aside: each
+    live sentence's row in the batch (n,), and the results by row, ids (N, L) and scores (N,)."""
+    return ops.arange(n, dtype="int32"), (ops.zeros((n, max_len), "int32"), ops.zeros((n,), "float32"))
 
 
-def put_back(outputs, rows, results):
-    """outputs (ids (N, L), scores (N,)) with results (ids (n, L), scores (n,)) written at rows (n,)."""
+def put_back(aside, results, which=None):
+    """aside's results by row with results (ids (n, L), scores (n,)) of its live sentences, or of
+    those at the indices `which` (m,), written at their rows."""
+    rows, outputs = aside
+    if which is not None:
+        rows, results = ops.take(rows, which), [ops.take(r, which, axis=0) for r in results]  # (m,), (m, ...)
     return tuple(ops.scatter_update(out, ops.expand_dims(rows, 1), result) for out, result in zip(outputs, results))
 
 
-def set_aside(done, live, outputs, results):
+def set_aside(done, live, aside, results):
     """Once the sentences a loop still decodes fit in half its n rows or fewer, it keeps the
     smallest power of two of rows that holds them (done ones fill the rest); the others' results
-    go to outputs (put_back, at their rows) and every tensor of live keeps only the kept rows.
+    go to aside's outputs (put_back, at their rows) and every tensor of live keeps only the kept rows.
 
     Each step costs in proportion to the rows it computes: sentences of a batch end at different
     steps, and a batch's last steps often decode a few of its sentences. A loop traced as one graph
     (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every shape.
     Powers of two keep the row counts few, shared by every batch: each new shape costs the first
-    step that meets it (the CPU kernels are made for each shape), and the caches are copied only
-    a few times a batch. A done sentence kept decodes on unchanged (<pad>, its score fixed).
+    step that meets it, and the caches are copied only a few times a batch. A done sentence kept
+    decodes on unchanged (<pad>, its score fixed).
 
     Args:
       done: (n,) bool.
       live: a list of (tensors, R): nested tensors whose first axis holds R rows a sentence, adjacent
-        (n*R rows); the first entry's dict has "rows" (n,), each sentence's row in the batch.
-      outputs: as put_back's; results: (ids (n, L), scores (n,)) of the n sentences.
+        (n*R rows).
+      aside: (rows (n,), outputs), as nothing_aside made it and set_aside keeps it.
+      results: a function giving (ids (n, L), scores (n,)) of the n sentences, called only when
+        some are set aside.
 
     Returns:
-      (live, outputs), live's tensors with the kept sentences' rows.
+      (live, aside), live's tensors and aside's rows with the kept sentences'.
     """
     n = ops.shape(done)[0]
     open_count = ops.cast(ops.maximum(n - ops.sum(ops.cast(done, "int32")), 1), "float32")
@@ -337,14 +341,14 @@ def set_aside(done, live, outputs, results):
     def drop():
         order = ops.concatenate([ops.nonzero(ops.logical_not(done))[0], ops.nonzero(done)[0]])  # (n,) open first
         stay, gone = order[:size], order[size:]  # (size,), (n - size,)
-        written = put_back(outputs, ops.take(live[0][0]["rows"], gone), [ops.take(r, gone, axis=0) for r in results])
+        outputs = put_back(aside, results(), which=gone)
         kept = []
         for tensors, per in live:
             rows = ops.reshape(ops.expand_dims(stay * per, 1) + ops.arange(per, dtype=stay.dtype), (-1,))  # (R*size,)
             kept.append(keras.tree.map_structure(lambda x, rows=rows: ops.take(x, rows, axis=0), tensors))
-        return kept, written
+        return kept, (ops.take(aside[0], stay), outputs)
 
-    return ops.cond(size < n, drop, lambda: ([tensors for tensors, _ in live], outputs))
+    return ops.cond(size < n, drop, lambda: ([tensors for tensors, _ in live], aside))
 
 
 # Compiled, and called on NumPy batches

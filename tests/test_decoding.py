@@ -276,12 +276,12 @@ def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
     hypotheses = np.arange(2 * n, dtype=np.int32)  # (n*2,) two rows a sentence
 
     def set_aside(done, count):
-        live = [({"rows": ops.convert_to_tensor(rows[:count]), "ids": ops.convert_to_tensor(ids[:count])}, 1),
-                (ops.convert_to_tensor(hypotheses[:2 * count]), 2)]
-        (kept, kept_hypotheses), outputs = decoding.set_aside(
-            ops.convert_to_tensor(np.array(done)), live, decoding.empty_outputs(n, length),
-            (ops.convert_to_tensor(ids[:count]), ops.convert_to_tensor(scores[:count])))
-        return [ops.convert_to_numpy(x) for x in (kept["rows"], kept["ids"], kept_hypotheses, *outputs)]
+        live = [({"ids": ops.convert_to_tensor(ids[:count])}, 1), (ops.convert_to_tensor(hypotheses[:2 * count]), 2)]
+        aside = ops.convert_to_tensor(rows[:count]), decoding.nothing_aside(n, length)[1]
+        (kept, kept_hypotheses), (kept_rows, outputs) = decoding.set_aside(
+            ops.convert_to_tensor(np.array(done)), live, aside,
+            lambda: (ops.convert_to_tensor(ids[:count]), ops.convert_to_tensor(scores[:count])))
+        return [ops.convert_to_numpy(x) for x in (kept_rows, kept["ids"], kept_hypotheses, *outputs)]
 
     # three open of five: four rows kept, the open ones and the first done one
     kept_rows, kept_ids, kept_hypotheses, out_ids, out_scores = set_aside([False, True, False, True, False], n)
