@@ -123,6 +123,15 @@ RECIPES = {
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 11 epochs"),
     "linear_12": (["--num_epochs", "12", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
                    "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 in 12 epochs"),
+    "linear_8_light": (["--num_epochs", "8", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                        "--dropout_rate", "0.05", "--weight_decay", "0.1", "--average_last", "1"], [],
+                       "linear_8 with half its dropout and a third of its weight decay: less regularizing for "
+                       "a short run"),
+    "linear_8_hot": (["--num_epochs", "8", "--lr_decay", "linear", "--lr", "3e-3", "--warmup_steps", "600",
+                      "--dropout_rate", "0.1", "--average_last", "1"], [], "linear_8 at a peak rate of 3e-3"),
+    "linear_10_narrow": (["--num_epochs", "10", "--lr_decay", "linear", "--lr", "2e-3", "--warmup_steps", "600",
+                          "--dropout_rate", "0.1", "--d_ff", "512", "--average_last", "1"], [],
+                         "linear_10 with half the feed-forward width (d_ff 512): cheaper steps, more of them"),
 }
 RECIPES_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "20", "--average_last", "5"],
                              "the preset's recipe before the search; it has since taken the recipe linear_12")}
