@@ -4,6 +4,7 @@
 `make_model(hp, vocab_size)` is the only place that reads hyperparameters; the layers in modules.py
 take plain arguments. Shape letters as in modules.py.
 """
+import contextlib
 import dataclasses
 
 import keras
@@ -234,12 +235,15 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        """Also the configs of checkpoints written before the choices were one record (each a key)."""
+        """The model a config describes, every layer in its dtype policy (a checkpoint trained in
+        mixed precision computes in it again); also the configs of checkpoints written before the
+        choices were one record (each a key)."""
         config = dict(config)
         old = {name: config.pop(name) for name in CHOICE_FIELDS if name in config}
         if old:
             config["choices"] = {**(config.get("choices") or {}), **old}
-        return cls(**config)
+        with made_in(config.get("dtype")):
+            return cls(**config)
 
     def build_from_config(self, config):
         self.build_with_dummy()
@@ -273,20 +277,29 @@ def rebuild(model, kernels=None, dtype=None, xla_decoding=None):
     float32 already) or decoding with XLA or not (xla_decoding; None: as model does): a second
     model, the first left as it was."""
     config = model.get_config()
-    previous = keras.config.dtype_policy()
     config["xla_decoding"] = model.xla_decoding if xla_decoding is None else xla_decoding
     if kernels:
         config["kernels"] = kernels
     if dtype:
         config["dtype"] = dtype
-        keras.config.set_dtype_policy(dtype)  # the layers take the policy when they are made
-    try:
-        twin = Transformer.from_config(config)
-        twin.build_with_dummy()
-    finally:
-        keras.config.set_dtype_policy(previous)
+    twin = Transformer.from_config(config)
+    twin.build_with_dummy()
     twin.set_weights(model.get_weights())
     return twin
+
+
+@contextlib.contextmanager
+def made_in(dtype):
+    """Layers made inside take the dtype policy dtype (a name, a keras.DTypePolicy or its config;
+    None: the global one, as outside). A Keras layer's own dtype covers its weights and its
+    computation, not the layers it makes: those take the global policy when they are made."""
+    previous = keras.config.dtype_policy()
+    if dtype is not None:
+        keras.config.set_dtype_policy(keras.dtype_policies.get(dtype))
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 def learning_rate(hp, total_steps=None):

@@ -105,13 +105,14 @@ def load_model(args, hp):
     import keras
 
     from trained import checkpoints
+    from trained.runs import USE_DTYPE
     import model as transformer
 
     keras.utils.set_random_seed(args.seed)
     if args.ckpt:
         hp = hyperparams.load_hparams(os.path.dirname(os.path.dirname(os.path.abspath(args.ckpt))))
         print(f"checkpoint {args.ckpt}: decoding until </s>")
-        return checkpoints.load(args.ckpt, hp), None
+        return checkpoints.load(args.ckpt, hp, dtype=USE_DTYPE), None  # as translate.py uses it
     output_ids = None
     if os.path.isdir(hp.prepro_dir):
         vocab = data_load.load_meta(hp.prepro_dir)["vocab_size"]

@@ -148,6 +148,9 @@ def main(argv=None):
     p.add_argument("--jit_compile", choices=("on", "off", "auto"),
                    help="how the port's decoding loops run (default: the run's --jit_compile): on, compiled by "
                         "XLA for each batch shape; off, one graph for every shape")
+    p.add_argument("--precision", choices=("float32", "mixed_bfloat16"),
+                   help="the precision the port translates in (default: translate.py's, float32, whatever the run "
+                        "trained in; trained.runs.USE_DTYPE)")
     p.add_argument("--beam_stop", choices=("bound", "finished"),
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
@@ -166,6 +169,9 @@ def main(argv=None):
         start = time.perf_counter()
         given = {name: getattr(args, name) for name in ("beam_stop", "jit_compile") if getattr(args, name)}
         translator = Translator(args.logdir, compile_cache=cache, **given)
+        if args.precision and args.precision != translator.model.dtype_policy.name:
+            import model as transformer
+            translator.model = transformer.rebuild(translator.model, dtype=args.precision)
         loops = "xla" if translator.model.xla_decoding else "graph"
         loaded = time.perf_counter() - start
         print(f"Machine: {machine()}")

@@ -115,6 +115,42 @@ def test_a_checkpoint_from_before_the_choices_record_loads_with_either_kernels(t
                                        rtol=1e-5, atol=1e-5)
 
 
+def test_a_checkpoint_trained_in_mixed_precision_loads_with_every_layer_in_it(tmp_path):
+    """A run trained in mixed bfloat16 saves its model's policy once, in the model's config; Keras
+    gives it to the model alone, and the layers the model makes take the global policy (float32 in
+    eval.py and translate.py). Loaded, and rebuilt, every layer computes as in training again; asked
+    for float32 (trained.runs.USE_DTYPE; CTranslate2's check), every layer computes in float32."""
+    import keras
+    import numpy as np
+    from keras import ops
+
+    import hyperparams
+    import model as transformer
+
+    keras.utils.set_random_seed(3)
+    hp = hyperparams.Hparams(d_model=16, d_ff=32, num_blocks=1, num_heads=2, output_vocab="all")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        m = transformer.make_model(hp, 30)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    path = str(tmp_path / "mixed.keras")
+    m.save(path)
+    x = np.array([[5, 6, 7, 3]], np.int32)
+    want = ops.convert_to_numpy(m((x, x), training=False))
+
+    def policies(model):
+        return {layer.dtype_policy.name for layer in model._flatten_layers()}
+
+    loaded = checkpoints.load(path, hp)
+    assert policies(m) == policies(loaded) == policies(transformer.rebuild(loaded, "plain")) == {"mixed_bfloat16"}
+    np.testing.assert_array_equal(ops.convert_to_numpy(loaded((x, x), training=False)), want)
+    assert policies(transformer.rebuild(loaded, dtype="float32")) == {"float32"}
+    assert policies(checkpoints.load(path, hp, dtype="float32")) == {"float32"}  # as a trained run is used
+    assert keras.config.dtype_policy().name == previous.name  # the global policy is left as it was
+
+
 # The last commit before the model owned its cached decoder step and the code moved into folders
 BEFORE_THE_LAYOUT = "29e35a7"
 

@@ -190,11 +190,12 @@ def prune_steps(logdir, keep=0):
 
 # Loading
 
-def load(path, hp, vocabulary_meta=None):
+def load(path, hp, vocabulary_meta=None, dtype=None):
     """The model of a .keras checkpoint written by train.py, uncompiled, built with hp.kernels'
-    parts and decoding as hp.jit_compile says (whatever it was trained with); a UserError if it is
-    missing, damaged, of other settings than hp's, or trained with another vocabulary than
-    vocabulary_meta's (the meta.json of the vocabulary it is to be used with)."""
+    parts and decoding as hp.jit_compile says (whatever it was trained with), every layer in the
+    dtype policy dtype (None: the one it was trained in); a UserError if it is missing, damaged, of
+    other settings than hp's, or trained with another vocabulary than vocabulary_meta's (the
+    meta.json of the vocabulary it is to be used with)."""
     keras = import_keras()  # the first import of Keras in eval.py and translate.py: quietly
 
     import model as transformer
@@ -207,6 +208,8 @@ def load(path, hp, vocabulary_meta=None):
             config = json.loads(z.read("config.json"))
         config["config"]["kernels"] = hp.kernels
         config["config"]["xla_decoding"] = devices.jit_compile(hp)
+        if dtype is not None:
+            config["config"]["dtype"] = dtype
         config.pop("compile_config", None)  # uncompiled, as load_model(compile=False)
         if "mixed_float16" in json.dumps(config["config"].get("dtype")) and keras.backend.backend() == "tensorflow":
             quiet_half_precision()  # trained in float16: its layers are made in it
@@ -237,7 +240,7 @@ def restore(path, state, hp, total_steps=None):
 
     import model as transformer
 
-    m = load(path, hp)
+    m = load(path, hp, dtype=keras.config.dtype_policy().name)  # the precision training was set up in
     transformer.compile_model(m, hp, total_steps)  # builds the optimizer
     m.load_weights(path)  # load(compile=False) skipped the optimizer's state: this loads it too
     step = int(keras.ops.convert_to_numpy(m.optimizer.iterations))
@@ -252,12 +255,13 @@ def restore(path, state, hp, total_steps=None):
     return m
 
 
-def average(paths, hp, vocabulary_meta=None):
-    """The model of the last of paths, with the element-wise mean of all their weights."""
-    m = load(paths[-1], hp, vocabulary_meta)
+def average(paths, hp, vocabulary_meta=None, dtype=None):
+    """The model of the last of paths, with the element-wise mean of all their weights (dtype as
+    load's)."""
+    m = load(paths[-1], hp, vocabulary_meta, dtype)
     total = [np.zeros_like(w, dtype=np.float64) for w in m.get_weights()]
     for path in paths:
-        for acc, w in zip(total, load(path, hp, vocabulary_meta).get_weights()):
+        for acc, w in zip(total, load(path, hp, vocabulary_meta, dtype).get_weights()):
             acc += w
     m.set_weights([(acc / len(paths)).astype(w.dtype) for acc, w in zip(total, m.get_weights())])
     return m

@@ -16,12 +16,18 @@ import data_load
 import hyperparams
 from support.utils import UserError, compile_cache_while_keras_starts
 
+# A trained run translates, is scored and is looked into in float32, whatever precision it trained
+# in: its weights are float32 either way, and under mixed bfloat16 every step of a decoding loop
+# casts them all again, which made translating slower on the CPUs measured (docs/speed.md)
+USE_DTYPE = "float32"
+
 
 def load_trained(hp, ckpt=None, preset=None):
     """The model of a run and its vocabulary (the run's own copy in <logdir>/vocab; hp.prepro_dir's
     for runs from before it existed): the checkpoint ckpt if given, else the mean of the newest
     hp.average_last epoch checkpoints of hp.logdir (as many as there are, if fewer; 1: the newest
-    alone). preset: the --preset given, if one was (for the hint when there is no checkpoint).
+    alone), in USE_DTYPE. preset: the --preset given, if one was (for the hint when there is no
+    checkpoint).
 
     Returns:
       (model, sentencepiece processor, name of what was loaded: for a mean, the newest checkpoint's
@@ -36,9 +42,9 @@ def load_trained(hp, ckpt=None, preset=None):
     # Keras starts in checkpoints.load: a second process on the same lines compiles nothing again
     with compile_cache_while_keras_starts(hp):
         if len(paths) == 1:
-            return checkpoints.load(paths[0], hp, meta), sp, paths[0]
+            return checkpoints.load(paths[0], hp, meta, USE_DTYPE), sp, paths[0]
         name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
-        return checkpoints.average(paths, hp, meta), sp, os.path.join(os.path.dirname(paths[-1]), name)
+        return checkpoints.average(paths, hp, meta, USE_DTYPE), sp, os.path.join(os.path.dirname(paths[-1]), name)
 
 
 def averaged_count(name):
