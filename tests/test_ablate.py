@@ -199,7 +199,9 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
     """--table recipes: every recipe and the preset itself on seeds 1-3, no more asked for; a recipe
     meets the target only when fast enough and close enough, and a miss says which (made-up figures)."""
     figures = {"preset": (42.5, 30.0), "linear_8": (42.3, 10.5), "linear_7": (41.9, 10.0),
-               "linear_10": (42.1, 13.0), "linear_11": (42.2, 14.5), "linear_12": (42.6, 16.0)}  # beam, minutes
+               "linear_10": (42.1, 13.0), "linear_11": (42.2, 14.5), "linear_12": (42.6, 16.0),
+               "linear_8_light": (41.9, 11.0), "linear_8_hot": (41.9, 11.0), "linear_10_narrow": (42.0, 12.0)}
+    # beam, minutes
     trained = []
 
     def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
