@@ -233,6 +233,15 @@ def load(path, hp, vocabulary_meta=None, dtype=None):
     return m
 
 
+def trained_precision(path):
+    """The name of the dtype policy the checkpoint at path was trained in."""
+    import keras
+
+    with zipfile.ZipFile(path) as z:
+        dtype = json.loads(z.read("config.json"))["config"].get("dtype")
+    return keras.dtype_policies.get(dtype).name if dtype else "float32"
+
+
 def restore(path, state, hp, total_steps=None):
     """The model of a checkpoint, compiled, with its optimizer state and random state: training
     continues from it exactly."""
@@ -240,7 +249,13 @@ def restore(path, state, hp, total_steps=None):
 
     import model as transformer
 
-    m = load(path, hp, dtype=keras.config.dtype_policy().name)  # the precision training was set up in
+    now = keras.config.dtype_policy().name  # the precision training was set up in
+    m = load(path, hp, dtype=now)
+    then = trained_precision(path)
+    if (then == "mixed_float16") != (now == "mixed_float16"):  # Keras wraps the optimizer for float16
+        raise UserError(f"{path}: trained in {then}, which cannot go on in {now}: mixed_float16 keeps a loss "
+                        f"scale in the optimizer's state and the other precisions do not; resume with "
+                        f"--precision {then}, or start a new --logdir")
     transformer.compile_model(m, hp, total_steps)  # builds the optimizer
     m.load_weights(path)  # load(compile=False) skipped the optimizer's state: this loads it too
     step = int(keras.ops.convert_to_numpy(m.optimizer.iterations))
