@@ -250,12 +250,12 @@ def restore(path, state, hp, total_steps=None):
     import model as transformer
 
     now = keras.config.dtype_policy().name  # the precision training was set up in
-    m = load(path, hp, dtype=now)
     then = trained_precision(path)
     if (then == "mixed_float16") != (now == "mixed_float16"):  # Keras wraps the optimizer for float16
         raise UserError(f"{path}: trained in {then}, which cannot go on in {now}: mixed_float16 keeps a loss "
                         f"scale in the optimizer's state and the other precisions do not; resume with "
                         f"--precision {then}, or start a new --logdir")
+    m = load(path, hp, dtype=now)
     transformer.compile_model(m, hp, total_steps)  # builds the optimizer
     m.load_weights(path)  # load(compile=False) skipped the optimizer's state: this loads it too
     step = int(keras.ops.convert_to_numpy(m.optimizer.iterations))
