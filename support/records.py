@@ -75,9 +75,11 @@ def command_line(argv=None):
     return " ".join([script, *argv[1:]])
 
 
-def make(kind, figures, precision, command=None):
-    """A record of the figures measured now, on this machine, by this commit."""
-    return {"kind": kind, "date": datetime.date.today().isoformat(), "commit": commit(), "machine": machine_fields(),
+def make(kind, figures, precision, command=None, machine=None):
+    """A record of the figures measured now, on this machine (or `machine`'s fields, where they were
+    measured on another), by this commit."""
+    return {"kind": kind, "date": datetime.date.today().isoformat(), "commit": commit(),
+            "machine": machine or machine_fields(),
             "precision": precision, "command": command or command_line(), "figures": figures}
 
 

@@ -195,21 +195,28 @@ def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypa
     assert calls.pop()[0] == "train.py"
 
 
+CPU = {"cpu": "a CPU", "class": "a CPU", "cores": 2, "bfloat16": True, "amx": False}  # a record's machine
+
+
 def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_the_target(monkeypatch, tmp_path):
     """--table recipes: every recipe and the preset itself on seeds 1-3, no more asked for; a recipe
     meets the target only when fast enough and close enough, and a miss says which (made-up figures)."""
     figures = {"preset": (42.5, 30.0), "linear_8": (42.3, 10.5), "linear_7": (41.9, 10.0),
-               "linear_10": (42.1, 13.0), "linear_11": (42.2, 14.5), "linear_12": (42.6, 16.0),
-               "linear_8_light": (41.9, 11.0), "linear_8_hot": (41.9, 11.0), "linear_10_narrow": (42.0, 12.0)}
-    # beam, minutes
+               "linear_10": (42.1, 13.0), "linear_11": (42.3, 14.5), "linear_12": (42.6, 16.0),
+               "linear_8_light": (41.9, 11.0), "linear_8_hot": (41.9, 11.0), "linear_10_narrow": (42.0, 12.0),
+               "linear_9_b2048": (41.8, 11.5)}  # beam, minutes
+    noise = {"linear_11": (0.3, -0.6, 0.3)}  # beam BLEU added to a row's seeds 1-3
     trained = []
 
     def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
         assert table == "recipes" and runs == os.path.join("log", "recipes", "multi30k")
         trained.append((variant, seed))
         beam, minutes = figures[variant]
-        return dict(beam=beam + 0.1 * (seed - 2), greedy=40.0, loss=2.6, minutes=minutes + seed, precision="bf16",
-                    commit="abc1234", date="2026-12-05", machine="a CPU")
+        return dict(beam=beam + 0.1 * (seed - 2) + noise.get(variant, (0, 0, 0))[seed - 1], greedy=40.0, loss=2.6,
+                    minutes=minutes + seed, precision="bf16", commit="abc1234", date="2026-12-05",
+                    machine=machines.get((variant, seed), "a CPU"),
+                    machine_fields=None if (variant, seed) in machines else CPU)
+    machines = {}  # (variant, seed): another machine, whose fields its run did not keep
     monkeypatch.setattr(ablate, "measure", measure)
     table = tmp_path / "recipes.md"
     record = tmp_path / "recipes-record.json"
@@ -224,10 +231,14 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
     assert rows["linear_10"][9:12] == ["0.47", "-0.40", "misses the target: 0.47 of the preset's minutes and 0.40 "
                                           "BLEU below the preset"]
     assert rows["linear_12"][9:12] == ["0.56", "+0.10", "misses the target: 0.56 of the preset's minutes"]
+    # 0.2 below by its mean, but its seeds' differences (+0.1, -0.8, +0.1) leave 0.5 at one standard error
+    assert rows["linear_11"][9:12] == ["0.52", "-0.20", "misses the target: 0.52 of the preset's minutes and 0.20 "
+                                          "BLEU below the preset, 0.50 at one standard error"]
     # the record holds the same rows, and bench/tables.py draws them as results.md's table
     from support import records
     kept = dict(records.read(record), file="recipes-record.json")
     assert kept["kind"] == "recipes" and kept["command"].startswith("ablate.py --table recipes")
+    assert kept["machine"] == CPU  # where the runs trained, not where the table was written
     tables = bench_module("tables")
     drawn = {line.split(" | ")[0][2:]: line.split(" | ") for line in
              tables.recipes([kept], tables.WORDS["en"]).splitlines()[2:]}
@@ -239,6 +250,10 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
     assert "| 2 seeds a side: the target needs 3 |" in table.read_text(encoding="utf-8")
     ablate.main(["--table", "recipes", "--output", str(table), "--only", "linear_8"])
     assert "misses the target: 0.50 of the preset's minutes |" in table.read_text(encoding="utf-8")
+    # a run on another machine: the table says so, and a record, which names one machine, is refused
+    machines[("linear_8", 2)] = "another CPU"
+    with pytest.raises(UserError, match="the runs trained on a CPU; another CPU: a record names one machine"):
+        ablate.main(["--table", "recipes", "--output", str(table), "--only", "linear_8", "--record", str(record)])
 
 
 def test_wall_seconds_adds_the_clocks_of_a_resumed_run():
