@@ -88,7 +88,8 @@ INLINE_NOT_RUN = [
      r"( --ledger docs/ablations.json)?( --precision float32)?$",
      "trains or reports the whole table (hours); README's fenced ablate.py command runs one row"),
     ("docs/ablations.md", r"python bench/train_speed\.py --preset multi30k", FIGURE),
-    ("docs/recipes.md", r"python ablate\.py --table recipes( --report)? --output docs/recipes\.md( --record \S+)?$",
+    ("docs/recipes.md",
+     r"python ablate\.py --table recipes( --only \S+)?( --report)? --output docs/recipes\.md( --record \S+)?$",
      "trains or reports the whole recipe search (hours, alone on the machine); tests/test_ablate.py runs --table "
      "recipes on made-up figures and README's fenced ablate.py command runs one row of the ablations"),
     ("docs/ablations-current.md", r"python ablate\.py --table current --only [\w,]+ --ledger "
