@@ -133,6 +133,9 @@ RECIPES = {
     "linear_9_b2048": (linear(9, "--tokens_per_batch", "2048", lr="3e-3", warmup="300"), [],
                        "batches of twice the tokens at a rate of 3e-3 with half the warmup steps, 9 epochs: "
                        "fewer, faster steps"),
+    "linear_10_shallow": (linear(10, "--num_blocks", "2"), [],
+                          "linear_10 with two encoder and two decoder blocks instead of three: cheaper steps, "
+                          "more of them"),
 }
 RECIPES_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "20", "--average_last", "5"],
                              "the preset's recipe before the search; it has since taken the recipe linear_12")}
