@@ -105,17 +105,18 @@ TABLE_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "12", "--average_last
                            "the preset's recipe when the table was measured; it has since taken the row "
                            "longer_averaged and then the recipe linear_12 of docs/recipes.md")}
 
+
+def linear(epochs, *extra, lr="2e-3", warmup="600", dropout="0.1", average="1"):
+    """A recipe's settings: the rate rising for `warmup` steps to `lr` and falling linearly to 0 by the
+    last of `epochs` epochs, then `extra`, the mean of the last `average` weights (1: the last epoch's)."""
+    return ["--num_epochs", str(epochs), "--lr_decay", "linear", "--lr", lr, "--warmup_steps", warmup,
+            "--dropout_rate", dropout, *extra, "--average_last", average]
+
+
 # The recipes table (--table recipes): shorter ways to train the preset, each against the preset's
 # recipe before the search (RECIPES_BASE), on three seeds a side, judged by TARGET. Settings as
-# VARIANTS'; a recipe's --average_last is kept in its run's settings, so eval.py scores the weights
-# the recipe averages.
-def linear(epochs, *extra, lr="2e-3", warmup="600", dropout="0.1"):
-    """A recipe's settings: the rate rising for `warmup` steps to `lr` and falling linearly to 0 by the
-    last of `epochs` epochs, then `extra`, the last epoch's weights (no averaging)."""
-    return ["--num_epochs", str(epochs), "--lr_decay", "linear", "--lr", lr, "--warmup_steps", warmup,
-            "--dropout_rate", dropout, *extra, "--average_last", "1"]
-
-
+# VARIANTS'; a recipe's --average_last (and --average_every) is kept in its run's settings, so eval.py
+# scores the weights the recipe averages.
 RECIPES = {
     "preset": ([], [], "the preset's recipe before the search: the baseline every recipe is compared with"),
     "linear_8": (linear(8), [], "8 epochs, the learning rate twice the preset row's and falling linearly to 0 at "
@@ -133,6 +134,9 @@ RECIPES = {
     "linear_9_b2048": (linear(9, "--tokens_per_batch", "2048", lr="3e-3", warmup="300"), [],
                        "batches of twice the tokens at a rate of 3e-3 with half the warmup steps, 9 epochs: "
                        "fewer, faster steps"),
+    "linear_8_snapshots": (linear(8, "--average_every", "50", average="20"), [],
+                           "linear_8, scored on the mean of snapshots of its weights taken every 50 steps over "
+                           "its last 1,000 (about two epochs)"),
     "linear_10_shallow": (linear(10, "--num_blocks", "2"), [],
                           "linear_10 with two encoder and two decoder blocks instead of three: cheaper steps, "
                           "more of them"),

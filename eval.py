@@ -4,8 +4,8 @@
     python eval.py --preset multi30k --split test --ckpt log/multi30k/ckpt/E20L2.10B38.00.keras
 
 Reads the settings saved by training from <logdir>/hparams.json, loads the newest checkpoint of
-<logdir>/ckpt, or the mean of the newest --average_last (the run's: the multi30k preset averages
-five), or --ckpt, translates every sentence whole (as the reference did), writes
+<logdir>/ckpt, or the mean of the newest --average_last (of snapshots with --average_every; the
+run's settings unless given), or --ckpt, translates every sentence whole (as the reference did), writes
 <logdir>/results/<split>_<checkpoint>B<sacreBLEU>.txt with source / expected / got for every
 sentence and the scores at its end, and <logdir>/results/<split>_<checkpoint>B<reference's BLEU> in
 the reference's layout (one translation a line, then the multi-bleu.perl line), and the figures as a

@@ -185,8 +185,14 @@ class Hparams:
                              choices=("bound", "finished"), resumable=True)
     average_last: int = setting(1, "evaluation", "the weights eval.py, translate.py, attention.py and export.py "
                                                  "load: the mean of the newest this many epoch checkpoints (paper "
-                                                 "6.1: five); 1: the last epoch's; --ckpt: that file alone",
+                                                 "6.1: five), or snapshots with --average_every; 1: the last "
+                                                 "epoch's; --ckpt: that file alone",
                                 resumable=True)
+    average_every: int = setting(0, "evaluation", "average snapshots of the weights taken every this many steps "
+                                                  "instead of epoch checkpoints: training keeps the last "
+                                                  "--average_last of them, the newest at its last step, in "
+                                                  "<logdir>/ckpt/snapshots (0: epoch checkpoints)",
+                                 resumable=True)
     keep_checkpoints: int = setting(5, "run", "epoch checkpoints kept in <logdir>/ckpt",
                                     resumable=True)
     save_every_steps: int = setting(300, "run", "also checkpoint mid-epoch every this many steps (0: only "
@@ -273,7 +279,8 @@ MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Hparams) if f.metadata["
 # the run and its data are, the model's shape (given, it must match the checkpoint's), the kernels
 # and compilation to decode with and the checkpoints to average; the rest are the run's (hparams.json), and
 # training's are refused.
-DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels", "jit_compile", "average_last")
+DECODING = ("prepro_dir", "logdir", *MODEL_FIELDS, "kernels", "jit_compile", "average_last",
+            "average_every")
 # Fields a resumed run may change: they change neither the model (rebuilt from the checkpoint, with
 # its dropout), nor the batches of an epoch (a resumed epoch continues at its batch), nor what a
 # checkpoint means. train.py records each change with its step in hparams.json. The optimizer's
@@ -340,7 +347,9 @@ def validate(hp):
         problems.append(f"dropout_rate must be in [0, 1) (got {hp.dropout_rate})")
     if not (hp.attention_dropout == -1.0 or 0.0 <= hp.attention_dropout < 1.0):
         problems.append(f"attention_dropout must be -1 (as dropout_rate) or in [0, 1) (got {hp.attention_dropout})")
-    if hp.average_last > hp.keep_checkpoints:
+    if hp.average_every < 0:
+        problems.append(f"--average_every must be 0 (epoch checkpoints) or positive (got {hp.average_every})")
+    if hp.average_last > hp.keep_checkpoints and not hp.average_every:
         problems.append(f"average_last {hp.average_last} averages more epoch checkpoints than the run keeps "
                         f"(keep_checkpoints {hp.keep_checkpoints}): lower it, or train with more kept")
     if hp.alpha < 0:

@@ -13,9 +13,10 @@ reference's layout, one translation a line and the multi-bleu line), TensorBoard
 step's loss and learning rate, every epoch's figures and three dev translations) in
 <logdir>/tensorboard and one JSON line in <logdir>/history.jsonl; <logdir>/specs lists the weights.
 Every --save_every_steps steps, and on SIGINT/SIGTERM, a mid-epoch checkpoint
-<logdir>/ckpt/steps/S<step>.keras. Every checkpoint holds the optimizer state, the position in the
-epoch and the random state. Started again with the same command, training resumes from the newest
-checkpoint, as if it had never stopped.
+<logdir>/ckpt/steps/S<step>.keras. With --average_every, snapshots of the last steps' weights in
+<logdir>/ckpt/snapshots/S<step>.keras, which eval.py and the other scripts then average. Every
+checkpoint holds the optimizer state, the position in the epoch and the random state. Started again
+with the same command, training resumes from the newest checkpoint, as if it had never stopped.
 """
 import dataclasses
 import functools
@@ -95,11 +96,13 @@ class StopSignals:
             signal.signal(s, handler)
 
 
-def guard_callback(hp, folder, epoch, first_batch, loss_total, loss_count, signals):
+def guard_callback(hp, folder, epoch, first_batch, loss_total, loss_count, signals, total_steps=None):
     """A Keras callback that keeps the epoch's loss, writes mid-epoch checkpoints into the run's
     folder (hp.logdir, or a worker's scratch folder) every hp.save_every_steps steps and on
     SIGINT/SIGTERM, and stops at a non-finite loss (or counts
-    and leaves out such a batch with hp.skip_nonfinite).
+    and leaves out such a batch with hp.skip_nonfinite). With hp.average_every, it also keeps
+    the snapshots to average: every hp.average_every steps of the last hp.average_last of them,
+    up to step total_steps (the run's last).
 
     Keras' loss tracker is read and emptied after every batch, so that each batch's loss is the
     same float32 value whether or not the epoch was resumed midway; the epoch's sum is kept here,
@@ -128,6 +131,10 @@ def guard_callback(hp, folder, epoch, first_batch, loss_total, loss_count, signa
                 self.nonfinite = (step, self.batch, batch_total / batch_count)
                 self.model.stop_training = True
                 return
+            to_end = total_steps - step if hp.average_every and total_steps else -1
+            if 0 <= to_end < hp.average_last * hp.average_every and to_end % hp.average_every == 0:
+                checkpoints.save(self.model, checkpoints.snapshot_path(folder, step), self.state())
+                checkpoints.prune_snapshots(folder, hp.average_last)
             due = hp.save_every_steps and step % hp.save_every_steps == 0 and step != self.last_saved_step
             if due or signals.received:
                 self.save(step)
@@ -136,10 +143,13 @@ def guard_callback(hp, folder, epoch, first_batch, loss_total, loss_count, signa
 
         def save(self, step):
             path = os.path.join(folder, "ckpt", "steps", f"S{step:08d}.keras")
-            checkpoints.save(self.model, path, checkpoints.training_state(self.model, folder, epoch, self.batch,
-                                                                          self.loss_total, self.loss_count))
+            checkpoints.save(self.model, path, self.state())
             checkpoints.prune_steps(folder, hp.keep_step_checkpoints)
             self.saved, self.last_saved_step = path, step
+
+        def state(self):
+            return checkpoints.training_state(self.model, folder, epoch, self.batch, self.loss_total,
+                                              self.loss_count)
 
     return Guard()
 
@@ -312,8 +322,8 @@ class Dev:
 
 
 def load_data(hp, run):
-    """(training batches, vocabulary size, sentencepiece processor, Dev, total steps of a linear
-    decay or None), with what they hold printed."""
+    """(training batches, vocabulary size, sentencepiece processor, Dev, the run's total steps where
+    a linear decay or --average_every needs them or None), with what they hold printed."""
     meta = data_load.load_meta(hp.prepro_dir)
     sp = data_load.load_vocab(hp.prepro_dir)
     resegment, extra_target_ids = None, ()
@@ -332,9 +342,11 @@ def load_data(hp, run):
           f"maxlen2 {hp.maxlen2}; {len(train.plan(0))} batches an epoch in {len(train.shapes(train.plan(0)))} "
           f"distinct shapes" + (" (one XLA compilation each)" if run.jit_compile else "")
           + f", {train.padding(train.plan(0)):.1%} of their tokens padding")
-    # The linear decay ends after the steps of all epochs; each epoch's batches are fixed by the seed.
-    total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if hp.lr_decay == "linear" else None
-    if total_steps:
+    # The linear decay ends after the steps of all epochs, and the snapshots to average are their last
+    # ones; each epoch's batches are fixed by the seed.
+    needed = hp.lr_decay == "linear" or hp.average_every
+    total_steps = sum(len(train.plan(e)) for e in range(hp.num_epochs)) if needed else None
+    if hp.lr_decay == "linear":
         print(f"learning rate: warmup over {hp.warmup_steps} steps, then down to 0 at step {total_steps}")
         if hp.warmup_steps >= total_steps:
             print(f"note: --warmup_steps {hp.warmup_steps} is not shorter than the run ({total_steps} steps): the "
@@ -385,13 +397,14 @@ class Fitted:
     fit_seconds: float  # the epoch's steps plus Keras' set-up and tear-down
 
 
-def fit_epoch(model, hp, folder, train, epoch, first, carry, signals):
+def fit_epoch(model, hp, folder, train, epoch, first, carry, signals, total_steps=None):
     """Train on the batches of `epoch` from batch `first` on, checkpoints into folder; stop the run
-    (UserError, or exit on a signal) where the guard says so. Returns a Fitted."""
+    (UserError, or exit on a signal) where the guard says so. total_steps: the run's steps, where
+    load_data counted them. Returns a Fitted."""
     plan = train.plan(epoch)
     rest = plan[first:]
     tokens = train.target_tokens(rest)
-    guard = guard_callback(hp, folder, epoch, first, *carry, signals)
+    guard = guard_callback(hp, folder, epoch, first, *carry, signals, total_steps)
     progress = progress_callback(epoch, hp.num_epochs, first, len(plan), tokens, guard)
     fit_start = time.time()
     if rest:
@@ -515,7 +528,7 @@ def main(argv=None):
         for epoch in range(start_epoch, hp.num_epochs):
             resumed = epoch == start_epoch
             fitted = fit_epoch(model, hp, logdir, train, epoch, start_batch if resumed else 0,
-                               carry if resumed else (0.0, 0.0), signals)
+                               carry if resumed else (0.0, 0.0), signals, total_steps)
             name = end_epoch(model, hp, logdir, sp, dev, epoch, fitted, started)
             if epoch + 1 == hp.num_epochs or signals.received or time.monotonic() - drawn >= REDRAW_SECONDS:
                 draw_history(logdir)

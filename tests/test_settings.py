@@ -20,7 +20,7 @@ SENTENCE = "Das Kind kauft ein Auto."
 # The numbers whose value changes which code runs (the others only scale what runs), each with the
 # value the matrix trains with.
 PATH_NUMBERS = {"subword_sampling": 0.1, "batch_sentences": 8, "save_every_steps": 1, "average_last": 2,
-                "length_multiple": 8, "maxlen1": 30, "maxlen2": 20, "attention_dropout": 0.0,
+                "average_every": 1, "length_multiple": 8, "maxlen1": 30, "maxlen2": 20, "attention_dropout": 0.0,
                 "eval_sentences": 2, "beam_size": 2, "weight_decay": 0.01, "smoothing": 0.0, "length_buckets": 4}
 # The numbers that are only amounts (any value runs the same code), and the fields that are prepro.py's
 # or name files: the matrix leaves them at the tiny run's values.

@@ -9,6 +9,8 @@ only whole checkpoints.
     <logdir>/ckpt/E<epoch>L<train loss>B<dev BLEU>.keras   after every epoch (the name of the reference's
                                                            dev translation files; its checkpoints had no B)
     <logdir>/ckpt/steps/S<step>.keras                      mid-epoch, every --save_every_steps
+    <logdir>/ckpt/snapshots/S<step>.keras                  the weights to average, every --average_every
+                                                           steps of the run's last ones
     <logdir>/vocab/{bpe.model,meta.json}                   the run's copy of its vocabulary
 
 The log directory is the trained model: with its vocabulary copy, eval.py and translate.py need no
@@ -112,6 +114,15 @@ def step_checkpoints(logdir):
     return [path for _, path in _numbered(os.path.join(logdir, "ckpt", "steps"), STEP_CHECKPOINT)]
 
 
+def snapshots(logdir):
+    """(step, path) of the snapshots of <logdir>/ckpt/snapshots (--average_every), oldest first."""
+    return _numbered(os.path.join(logdir, "ckpt", "snapshots"), STEP_CHECKPOINT)
+
+
+def snapshot_path(logdir, step):
+    return os.path.join(logdir, "ckpt", "snapshots", f"S{step:08d}.keras")
+
+
 def read_state(path):
     """The training state inside a checkpoint; None for a checkpoint without one."""
     with zipfile.ZipFile(path) as z:
@@ -183,8 +194,16 @@ def prune(logdir, keep):
 
 def prune_steps(logdir, keep=0):
     """Keep the newest `keep` mid-epoch checkpoints (none: an epoch checkpoint supersedes them)."""
-    paths = step_checkpoints(logdir)
-    for path in paths[:len(paths) - keep]:
+    _keep_newest(step_checkpoints(logdir), keep)
+
+
+def prune_snapshots(logdir, keep):
+    """Keep the newest `keep` snapshots."""
+    _keep_newest([path for _, path in snapshots(logdir)], keep)
+
+
+def _keep_newest(paths, keep):
+    for path in paths[:max(len(paths) - keep, 0)]:  # not paths[:-1] where fewer than keep
         os.remove(path)
 
 

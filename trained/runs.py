@@ -26,8 +26,8 @@ def load_trained(hp, ckpt=None, preset=None):
     """The model of a run and its vocabulary (the run's own copy in <logdir>/vocab; hp.prepro_dir's
     for runs from before it existed): the checkpoint ckpt if given, else the mean of the newest
     hp.average_last epoch checkpoints of hp.logdir (as many as there are, if fewer; 1: the newest
-    alone), in USE_DTYPE. preset: the --preset given, if one was (for the hint when there is no
-    checkpoint).
+    alone), or with hp.average_every of its snapshots (chosen_snapshots), in USE_DTYPE. preset: the
+    --preset given, if one was (for the hint when there is no checkpoint).
 
     Returns:
       (model, sentencepiece processor, name of what was loaded: for a mean, the newest checkpoint's
@@ -38,13 +38,35 @@ def load_trained(hp, ckpt=None, preset=None):
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt')}: no checkpoint; train first "
                         f"({hyperparams.train_first(hp.logdir, preset)}) or pass --ckpt")
     sp, meta = checkpoints.vocabulary(hp.logdir, hp.prepro_dir)
-    paths = [ckpt] if ckpt is not None else [p for _, p in found[-hp.average_last:]]
+    if ckpt is not None:
+        paths = [ckpt]
+    elif hp.average_every:
+        paths = chosen_snapshots(hp)
+    else:
+        paths = [p for _, p in found[-hp.average_last:]]
     # Keras starts in checkpoints.load: a second process on the same lines compiles nothing again
     with compile_cache_while_keras_starts(hp):
         if len(paths) == 1:
             return checkpoints.load(paths[0], hp, meta, USE_DTYPE), sp, paths[0]
         name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
         return checkpoints.average(paths, hp, meta, USE_DTYPE), sp, os.path.join(os.path.dirname(paths[-1]), name)
+
+
+def chosen_snapshots(hp):
+    """The paths of the hp.average_last snapshots of hp.logdir that --average_every asks for: the
+    newest, and those every hp.average_every steps before it; a UserError where the run does not
+    hold them all (trained without --average_every, not to its end, or with snapshots further apart)."""
+    kept = dict(checkpoints.snapshots(hp.logdir))
+    last = max(kept, default=None)
+    wanted = [] if last is None else [last - i * hp.average_every for i in range(hp.average_last)][::-1]
+    if last is None or any(step not in kept for step in wanted):
+        held = ", ".join(map(str, sorted(kept))) or "none"
+        raise UserError(f"{os.path.join(hp.logdir, 'ckpt', 'snapshots')}: --average_every {hp.average_every} "
+                        f"--average_last {hp.average_last} averages snapshots at steps "
+                        f"{', '.join(map(str, wanted)) or '(the last ones)'}, and the run holds {held} (it keeps "
+                        f"what its training's --average_every and --average_last said, once its last steps "
+                        f"are trained); give settings within them, or --average_every 0 for epoch checkpoints")
+    return [kept[step] for step in wanted]
 
 
 def averaged_count(name):
