@@ -134,12 +134,15 @@ RECIPES = {
     "linear_9_b2048": (linear(9, "--tokens_per_batch", "2048", lr="3e-3", warmup="300"), [],
                        "batches of twice the tokens at a rate of 3e-3 with half the warmup steps, 9 epochs: "
                        "fewer, faster steps"),
-    "linear_8_snapshots": (linear(8, "--average_every", "50", average="20"), [],
-                           "linear_8, scored on the mean of snapshots of its weights taken every 50 steps over "
-                           "its last 1,000 (about two epochs)"),
+    "linear_8_snapshots": (linear(8, "--average_every", "50", average="20"), ["--average_last", "5"],
+                           "linear_8, scored on the mean of the last five of snapshots of its weights taken "
+                           "every 50 steps (it keeps 20; the five chosen on seed 1's dev)"),
     "linear_10_shallow": (linear(10, "--num_blocks", "2"), [],
                           "linear_10 with two encoder and two decoder blocks instead of three: cheaper steps, "
                           "more of them"),
+    "linear_10_shallow_snapshots": (linear(10, "--num_blocks", "2", "--average_every", "50", average="5"), [],
+                                    "the two levers nearest the target together: linear_10_shallow scored on the "
+                                    "mean of its last five snapshots taken every 50 steps"),
 }
 RECIPES_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "20", "--average_last", "5"],
                              "the preset's recipe before the search; it has since taken the recipe linear_12")}
