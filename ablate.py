@@ -270,7 +270,8 @@ def run_settings(hp):
 
 def differences(had, wanted):
     """The settings that differ between two run_settings, in words ("" when none):
-    "--lr_decay rsqrt (now linear), ..."."""
+    "--lr_decay rsqrt (now linear), ...". had may be older than a field: it counts as it was then."""
+    had = run_settings(hyperparams.Hparams(**hyperparams.as_saved(had)))
     return ", ".join(f"--{k} {was} (now {now})" for k, (was, now) in hyperparams.changed(had, wanted).items())
 
 

@@ -533,7 +533,13 @@ def load_hparams(logdir, preset=None):
     # The run is where its hparams.json is: a folder that was moved or copied, or saved with a path
     # relative to another working directory, is found where it was read.
     saved["logdir"] = logdir
-    return Hparams(**{**dataclasses.asdict(Hparams()), **SAVED_BEFORE, **saved})
+    return Hparams(**as_saved(saved))
+
+
+def as_saved(saved):
+    """A saved run's settings (hparams.json's, a ledger's) with every field added since, as it was
+    before the field existed (SAVED_BEFORE, else its default)."""
+    return {**dataclasses.asdict(Hparams()), **SAVED_BEFORE, **saved}
 
 
 def settings_for_logdir(hp, overrides, preset=None):

@@ -204,7 +204,8 @@ def test_the_recipes_table_trains_three_seeds_a_side_and_judges_each_recipe_by_t
     figures = {"preset": (42.5, 30.0), "linear_8": (42.3, 10.5), "linear_7": (41.9, 10.0),
                "linear_10": (42.1, 13.0), "linear_11": (42.3, 14.5), "linear_12": (42.6, 16.0),
                "linear_8_light": (41.9, 11.0), "linear_8_hot": (41.9, 11.0), "linear_10_narrow": (42.0, 12.0),
-               "linear_9_b2048": (41.8, 11.5)}  # beam, minutes
+               "linear_9_b2048": (41.8, 11.5), "linear_10_shallow": (42.0, 12.0), "linear_8_snapshots": (42.0, 11.0),
+               "linear_10_shallow_snapshots": (42.0, 12.0)}  # beam, minutes
     noise = {"linear_11": (0.3, -0.6, 0.3)}  # beam BLEU added to a row's seeds 1-3
     trained = []
 
