@@ -333,12 +333,12 @@ def eval_batches(src_lens, tokens_per_batch, sort=False):
     return _cut(order, src_lens, tokens_per_batch)
 
 
-def decode_batches(src_lens, tokens_per_batch, limit=None):
+def decode_batches(src_lens, tokens_per_batch, limit=None, multiple=PAD_MULTIPLE):
     """Batches for decoding, each but the last in a shape its length alone fixes, not the file:
     the programs compiled for one file (eval.py's dev, say) serve the next from the compile cache
     wherever the shapes meet.
 
-    Each sentence's length is padded up to a multiple of PAD_MULTIPLE (not past limit when it fits:
+    Each sentence's length is padded up to a multiple of `multiple` (not past limit when it fits:
     padded_length), and the padded lengths are the buckets of fill_buckets (training's cut): from
     the shortest length up, tokens_per_batch // length sentences a batch, those too few to fill one
     left over to the next length, padded to it. So every batch but the last is full, one shape a length
@@ -350,6 +350,8 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
       src_lens: (num_sents,) source lengths including </s>.
       tokens_per_batch: budget on rows * padded source length.
       limit: maxlen1, where learned positions stop.
+      multiple: PAD_MULTIPLE, few shapes, for loops compiled for each shape; 1 where any shape
+        costs the same (trained.lines.batches): a batch is padded to its own lengths, hardly more.
 
     Returns:
       list of (int64 index array, the length T1 to pad its sentences to: encoder_inputs' length),
@@ -357,7 +359,7 @@ def decode_batches(src_lens, tokens_per_batch, limit=None):
     """
     src_lens = np.asarray(src_lens, np.int64)  # (num_sents,)
     order = np.argsort(src_lens, kind="stable")  # shortest first: a batch's sentences end near one another
-    padded = np.asarray(padded_length(src_lens[order], PAD_MULTIPLE, limit))  # (num_sents,), in that order
+    padded = np.asarray(padded_length(src_lens[order], multiple, limit))  # (num_sents,), in that order
     return [(order[idx], length) for idx, length in fill_buckets(padded, np.unique(padded), tokens_per_batch)]
 
 

@@ -353,6 +353,14 @@ def set_aside(done, live, aside, results):
 
 # Compiled, and called on NumPy batches
 
+def fixed_shapes(model):
+    """Whether the model's decoding loops are compiled for each batch shape (XLA on TensorFlow, or
+    JAX), so that every new shape costs a compilation; as one graph (TensorFlow without XLA, a
+    CPU's default) or eagerly (PyTorch) any shape costs the same (trained.lines.batches)."""
+    backend = keras.backend.backend()
+    return backend == "jax" or (backend == "tensorflow" and model.xla_decoding)
+
+
 def compiled(model, fn, static=()):
     """fn(model, ...) (`greedy_loop`, `beam_loop` or `uncached_greedy_step`) as a function of the
     rest of its arguments, compiled where the backend allows it; static names the arguments that

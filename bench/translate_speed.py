@@ -102,13 +102,13 @@ def batching(translator, lines, beam_size, outputs=None):
     longest output) over the output tokens written, </s> included (1: no row ever decodes past
     its sentence's end; outputs counted in the vocabulary's pieces again)."""
     import data_load
-    from trained.lines import split_long
+    from trained.lines import batches as batches_of, split_long
 
     sp, hp = translator.sp, translator.hp
     kept = [line for line in lines if line.strip()]
     parts = [split_long(sp, data_load.clean(line.strip()), hp.maxlen1 - 1) for line in kept]
     lens = [len(ids) + 1 for pieces in parts for ids in pieces]
-    batches = data_load.decode_batches(lens, max(hp.eval_tokens_per_batch // beam_size, 1), limit=hp.maxlen1)
+    batches = batches_of(translator.model, lens, hp.eval_tokens_per_batch, beam_size)
     shapes = [(len(idx), length) for idx, length in batches]  # (rows, T1) each
     found = dict(batches=len(batches), shapes=len(set(shapes)),
                  padding=round(1 - sum(lens) / sum(rows * t1 for rows, t1 in shapes), 3))

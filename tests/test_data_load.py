@@ -101,6 +101,15 @@ def test_decode_batches_are_full_but_the_last_and_their_shapes_do_not_depend_on_
     # one full shape a padded length, whatever the file: a length's batches are always that many rows
     assert len(full_shapes) == len({t1 for _, t1 in full_shapes})
     assert [(i.tolist(), t1) for i, t1 in data_load.decode_batches([5], budget)] == [([0], 8)]  # a sentence alone
+    # multiple 1 (loops that take any shape): a batch is padded to little more than its own lengths
+    lens = rng.integers(1, 70, size=300)
+    tight = data_load.decode_batches(lens, budget, limit=64, multiple=1)
+    assert sorted(np.concatenate([idx for idx, _ in tight]).tolist()) == list(range(len(lens)))
+    assert all(t1 >= lens[idx].max() and len(idx) * t1 <= max(budget, t1) for idx, t1 in tight)
+    def padding(batches):
+        return 1 - lens.sum() / sum(len(idx) * t1 for idx, t1 in batches)
+
+    assert padding(tight) < padding(data_load.decode_batches(lens, budget, limit=64)) / 2, padding(tight)
     assert data_load.encoder_inputs([np.array([5, 6])], length=16).shape == (1, 16)
 
 

@@ -40,6 +40,30 @@ def test_split_long_keeps_every_token(quick_start):
     assert sp.decode([i for p in pieces for i in p]).replace(" ", "") == text.replace(" ", "")
 
 
+def test_batches_follow_how_the_decoding_loops_run():
+    """Loops compiled for each batch shape (XLA, JAX) get few shapes, lengths padded to multiples of
+    PAD_MULTIPLE, and beam search a beam size's share of the budget; as one graph (TensorFlow
+    without XLA) a batch is padded to its own lengths and beam search's batches are greedy's."""
+    import types
+
+    import keras
+    import numpy as np
+
+    import data_load
+    from trained import lines
+    lens = np.random.default_rng(0).integers(2, 40, size=500)
+    for xla in (True, False):
+        model = types.SimpleNamespace(maxlen1=64, xla_decoding=xla)
+        fixed = xla or keras.backend.backend() == "jax"
+        greedy, beam = (lines.batches(model, lens, 512, beam_size) for beam_size in (1, 4))
+        for batches, share in ((greedy, 512), (beam, 128 if fixed else 512)):
+            assert sorted(np.concatenate([idx for idx, _ in batches]).tolist()) == list(range(len(lens)))
+            assert all(len(idx) * t1 <= max(share, t1) for idx, t1 in batches)
+            assert all(t1 % data_load.PAD_MULTIPLE == 0 for _, t1 in batches) == fixed
+        if not fixed:
+            assert [(idx.tolist(), t1) for idx, t1 in beam] == [(idx.tolist(), t1) for idx, t1 in greedy]
+
+
 @pytest.mark.slow
 def test_very_long_lines_translate_in_bounded_memory(quick_start, tmp_path):
     """Lines of thousands of tokens: cut into pieces the model can take, batched by tokens."""

@@ -10,8 +10,25 @@ import numpy as np
 from tqdm import tqdm
 
 import data_load
-from decoding import beam_search, greedy_decode
+from decoding import beam_search, fixed_shapes, greedy_decode
 from support.utils import UserError
+
+
+def batches(model, lens, tokens_per_batch, beam_size):
+    """translate's batches of sentences of these lengths (</s> included): data_load.decode_batches
+    under the token budget, as the model's decoding loops run (decoding's fixed_shapes).
+
+    Loops compiled for each batch shape (XLA, JAX) get few shapes: lengths padded to multiples of
+    data_load.PAD_MULTIPLE, and beam search's budget divided by the beam size, since its K rows a
+    sentence decode to the batch's end. As one graph a shape costs nothing more: a batch is padded to
+    its own lengths, and beam search's batches hold as many sentences as greedy decoding's
+    (finished sentences are set aside as they end, decoding.set_aside): fewer steps, each over
+    more rows.
+    """
+    fixed = fixed_shapes(model)
+    budget = max(tokens_per_batch // beam_size, 1) if fixed else tokens_per_batch
+    return data_load.decode_batches(lens, budget, limit=model.maxlen1,
+                                    multiple=data_load.PAD_MULTIPLE if fixed else 1)
 
 
 def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate", beam_stop="bound",
@@ -19,9 +36,8 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
     """Translations of source id sequences, in their order: greedy (cached) or beam search (ending
     a sentence as beam_stop says: decoding.beam_step's stop).
 
-    Batches are formed by length (every sentence, however long) in the shapes of
-    data_load.decode_batches, and put back in order; beam search divides the token budget by the
-    beam size. timings: a list to which each batch's (rows, T1, seconds) is appended, in the order
+    Batches are formed by length (every sentence, however long: `batches`) and put back in
+    order. timings: a list to which each batch's (rows, T1, seconds) is appended, in the order
     decoded, its search and its outputs' decoding to text timed (bench/translate_speed.py's shapes).
     """
     lens = [len(s) + 1 for s in src_seqs]
@@ -30,8 +46,8 @@ def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, des
         raise UserError(f"sentence {i + 1} has {lens[i]} tokens but a model with learned positions takes "
                         f"at most maxlen1 {model.maxlen1}: shorten or split it")
     out = [None] * len(src_seqs)
-    batches = data_load.decode_batches(lens, max(tokens_per_batch // beam_size, 1), limit=model.maxlen1)
-    for idx, length in tqdm(batches, desc=desc, unit="batch", leave=False, disable=None):
+    todo = batches(model, lens, tokens_per_batch, beam_size)
+    for idx, length in tqdm(todo, desc=desc, unit="batch", leave=False, disable=None):
         start = time.perf_counter()
         x = data_load.encoder_inputs([src_seqs[i] for i in idx], length=length)  # (N, T1)
         ids = greedy_decode(model, x) if beam_size == 1 else beam_search(model, x, beam_size, alpha, stop=beam_stop)
