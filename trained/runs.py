@@ -8,6 +8,7 @@ A run is a log directory: its settings (hparams.json), its vocabulary (vocab/) a
 (ckpt/). eval.py, translate.py, attention.py and export.py are command lines over this module.
 """
 import dataclasses
+import gc
 import os
 import re
 
@@ -47,9 +48,17 @@ def load_trained(hp, ckpt=None, preset=None):
     # Keras starts in checkpoints.load: a second process on the same lines compiles nothing again
     with compile_cache_while_keras_starts(hp):
         if len(paths) == 1:
-            return checkpoints.load(paths[0], hp, meta, USE_DTYPE), sp, paths[0]
-        name = f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras"
-        return checkpoints.average(paths, hp, meta, USE_DTYPE), sp, os.path.join(os.path.dirname(paths[-1]), name)
+            model, name = checkpoints.load(paths[0], hp, meta, USE_DTYPE), paths[0]
+        else:
+            model = checkpoints.average(paths, hp, meta, USE_DTYPE)
+            name = os.path.join(os.path.dirname(paths[-1]),
+                                f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras")
+    # TensorFlow, Keras and the model are hundreds of thousands of objects that live as long as the
+    # process; frozen out of the garbage collector's generations, they are no longer walked at each
+    # full collection, of which tracing a decoding loop makes several (docs/speed.md)
+    gc.collect()
+    gc.freeze()
+    return model, sp, name
 
 
 def chosen_snapshots(hp):
