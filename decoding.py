@@ -246,7 +246,8 @@ class InPlaceBeamCache:
         context, history, caches = state
         written = ops.equal(self.entries, t * self.beam_size + self.slots)  # (K, L*K) the entries step t writes
         history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
-        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=history,
+        held = history[:, :, :self.model.cache_entries(caches, self.beam_size)]  # (N, K, the cache's entries)
+        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held,
                                                    group=self.beam_size)  # (N*K, V')
         return log_probs, (context, history, caches)
 

@@ -151,21 +151,22 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
         Args:
           source: (N, T1) ids.
-          length: L, the entries of each self-attention cache.
+          length: L, the most entries each self-attention cache takes (the whole cache from the
+            start, or none yet, as its layout keeps them: the model's parts.cache).
           repeat: K, decoding rows per sentence (beam search's hypotheses), adjacent.
 
         Returns:
           (context, caches), each with N*K rows. context, read at every step: "cross", per decoder
           block the encoder output's keys and values, each (N*K, h, T1, d_k), computed once; and
           "source_mask" (N*K, T1). caches, updated at every step: per decoder block an empty
-          self-attention cache, keys and values each (N*K, h, L, d_k).
+          self-attention cache, keys and values each (N*K, h, L, d_k) (or (N*K, h, 0, d_k)).
         """
         memory, source_mask = self.encode(source, training=False)  # (N, T1, d)
         cross = [tuple(ops.repeat(t, repeat, axis=0) for t in block.cross_attention.keys_values(memory))
                  for block in self.decoder_blocks]  # (N*K, h, T1, d_k) each
         shape = (ops.shape(memory)[0] * repeat, self.num_heads, length, self.d_model // self.num_heads)
-        caches = [(ops.zeros(shape, memory.dtype), ops.zeros(shape, memory.dtype))
-                  for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each
+        caches = [(self.parts.cache.empty(*shape, memory.dtype), self.parts.cache.empty(*shape, memory.dtype))
+                  for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each, as the layout keeps them (Parts.cache)
         return {"cross": cross, "source_mask": ops.repeat(source_mask, repeat, axis=0)}, caches
 
     def decode_step(self, tokens, step, context, caches, target_mask=None, group=1):
@@ -180,8 +181,9 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         index the blocks get is an entry, not a position: the position reaches the model through
         embed_target's start alone.
         """
-        if target_mask is None:
-            target_mask = ops.expand_dims(ops.less_equal(ops.arange(ops.shape(caches[0][0])[2]), step), 0)  # (1, L)
+        if target_mask is None:  # entries 0..step
+            entries = ops.arange(self.cache_entries(caches, group))  # (L,)
+            target_mask = ops.expand_dims(ops.less_equal(entries, step), 0)  # (1, L)
         y = self.embed_target(ops.expand_dims(tokens, 1), training=False, start=step)  # (N*G, 1, d)
         y = ops.reshape(y, (-1, group, self.d_model))  # (N, G, d)
         y, caches, _ = self.decoder_stack(y, target_mask, context["source_mask"], cross_caches=context["cross"],
@@ -189,6 +191,12 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         y = ops.reshape(y, (-1, 1, self.d_model))  # (N*G, 1, d)
         logits = self.logits(y)[:, 0]  # (N*G, V')
         return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches  # (N*G, V')
+
+    def cache_entries(self, caches, group=1):
+        """The entries each self-attention cache of caches holds once a step has written group
+        more (L, however many are written, or as many as are written, as the layout keeps them):
+        the length of a mask over them."""
+        return self.parts.cache.entries(caches[0][0], group)
 
     def sublayers(self):
         """Every block's sublayers in order, each with its residual-and-norm: (stack, "encoder" or

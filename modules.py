@@ -10,10 +10,10 @@ hyperparams.Hparams) and do no I/O. Masks are built once from
 token ids by the model and passed by name.
 
 The layers are built from a few primitives, `Parts` (first below): a kernel-size-1 convolution,
-dropout, layer normalization, the loss and decoding's write into its caches. Each layer takes the
+dropout, layer normalization, the loss, decoding's cache and its writes. Each layer takes the
 parts it is built with, plain by default; kernels/fast.py has faster kernels for some of them, with
 the same weights and results, which the model hands to its layers when --kernels asks for them (and
-the write, as the decoding loops are compiled). Every forward pass, plain or fast,
+the cache and the writes, as the decoding loops are compiled). Every forward pass, plain or fast,
 training or decoding, runs the `call` methods written here.
 
 Shape letters: N batch, T1 source length, T2 target length, T any length, L cache length, h heads,
@@ -47,6 +47,27 @@ class PointwiseConv(keras.layers.Conv1D):
         super().__init__(filters, 1, activation=activation, **kwargs)
 
 
+class FixedLengthCache:
+    """Decoding's self-attention cache of keys (or values) as the plain model keeps it: L empty
+    entries from the start, each step's written at its entry, the entries not yet written masked
+    (decode_step's target_mask). Its shape never changes: what XLA and JAX compile."""
+
+    @staticmethod
+    def empty(rows, num_heads, length, d_k, dtype):
+        """The cache before the first step: (rows, h, L, d_k) zeros."""
+        return ops.zeros((rows, num_heads, length, d_k), dtype)
+
+    @staticmethod
+    def write(cache, index, new):
+        """cache (N, h, L, d_k) with new (N, h, G, d_k) written at entries index..index+G-1."""
+        return ops.slice_update(cache, (0, 0, index, 0), new)  # (N, h, L, d_k)
+
+    @staticmethod
+    def entries(cache, written):
+        """The entries the cache holds once a step has written `written` more: L."""
+        return ops.shape(cache)[2]
+
+
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """The primitives the layers are built from: the plain ones by default. kernels/fast.py builds a Parts
@@ -57,7 +78,8 @@ class Parts:
     Dropout: type = keras.layers.Dropout  # (5.4)
     LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
     cross_entropy: Optional[Callable] = None  # the loss per token (5.4); None: smoothed_cross_entropy
-    slice_update: Callable = ops.slice_update  # decoding's write of a step into its caches and outputs
+    cache: type = FixedLengthCache  # decoding's self-attention cache: its entries, and a step's write
+    slice_update: Callable = ops.slice_update  # decoding's write of a step into its outputs
 
 
 PLAIN = Parts()
@@ -297,7 +319,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = keras.layers.Dense(d_model, name="value")
         self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
         self.dropout = (parts or PLAIN).Dropout(dropout_rate)
-        self.slice_update = (parts or PLAIN).slice_update
+        self.cache = (parts or PLAIN).cache
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
@@ -339,8 +361,9 @@ class MultiHeadAttention(keras.layers.Layer):
           causal: mask keys after each query position.
           cache: for decoding, (keys, values), each (N, h, L, d_k). With cache_index
             (self-attention), the query's own Tq keys/values are written at entries
-            cache_index..cache_index+Tq-1 and the query attends over the whole cache
-            (attention_mask says which entries it may see); without (cross-attention), the cache
+            cache_index..cache_index+Tq-1 (as the cache's layout writes them, Parts.cache) and the
+            query attends over the whole cache (attention_mask says which entries it may see);
+            without (cross-attention), the cache
             is `keys_values(memory)`, and memory is not read.
           cache_index: a cache entry, not a position. Beam search's in-place layout writes
             hypothesis k of step t at entry t*K + k (decoding.InPlaceBeamCache). Attention made
@@ -358,10 +381,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None:
             k, v = self.keys_values(memory)  # (N, h, Tk, d_k) each
         elif cache_index is not None:
-            start = (0, 0, cache_index, 0)
             k_new, v_new = self.keys_values(query)  # (N, h, Tq, d_k) each
-            k = self.slice_update(cache[0], start, ops.cast(k_new, cache[0].dtype))  # (N, h, L, d_k)
-            v = self.slice_update(cache[1], start, ops.cast(v_new, cache[1].dtype))  # (N, h, L, d_k)
+            k = self.cache.write(cache[0], cache_index, ops.cast(k_new, cache[0].dtype))  # (N, h, L, d_k)
+            v = self.cache.write(cache[1], cache_index, ops.cast(v_new, cache[1].dtype))  # (N, h, L, d_k)
             cache = (k, v)
         else:
             k, v = cache  # (N, h, Tk, d_k) each

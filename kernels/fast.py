@@ -213,12 +213,40 @@ def slice_update_in_graph(x, start, update):
                                                strides=tf.ones_like(begin), value=update)
 
 
+class GrowingCache:
+    """modules.FixedLengthCache's self-attention cache holding only the entries written so far:
+    a step appends its own (so a step's index is the cache's length) and attention reads no empty
+    entry. A step then writes and attends over as many entries as have been decoded, where the
+    fixed cache's costs as many as the longest output may take. Its length changes from step to
+    step: for loops run as one graph, which take every shape (TensorFlow)."""
+
+    @staticmethod
+    def empty(rows, num_heads, length, d_k, dtype):
+        """The cache before the first step: (rows, h, 0, d_k), its length left unknown to the graph
+        (it grows from step to step of the loop)."""
+        import tensorflow as tf
+
+        empty = tf.zeros(tf.stack([rows, num_heads, 0, d_k]), dtype)  # (rows, h, 0, d_k)
+        return tf.raw_ops.PlaceholderWithDefault(input=empty, shape=[None, num_heads, None, d_k])
+
+    @staticmethod
+    def write(cache, index, new):
+        """cache (N, h, index, d_k) with new (N, h, G, d_k) after its entries: (N, h, index + G, d_k)."""
+        return ops.concatenate([cache, ops.cast(new, cache.dtype)], axis=2)  # (N, h, index + G, d_k)
+
+    @staticmethod
+    def entries(cache, written):
+        """The entries the cache holds once a step has written `written` more."""
+        return ops.shape(cache)[2] + written
+
+
 def decoding_parts(parts, xla_decoding):
-    """parts with the write decoding's loops run as they are compiled: XLA's own (the plain one)
-    under XLA or JAX, TensorFlow's op where the loops run as one graph (model.Transformer's choice)."""
+    """parts with decoding's cache and writes as its loops run: XLA's write and a cache of fixed
+    length (the plain ones) under XLA or JAX, which fix every shape; where the loops run as one
+    graph (model.Transformer's choice), TensorFlow's write and a cache that grows a step at a time."""
     if xla_decoding or keras.backend.backend() != "tensorflow":
         return parts
-    return dataclasses.replace(parts, slice_update=slice_update_in_graph)
+    return dataclasses.replace(parts, slice_update=slice_update_in_graph, cache=GrowingCache)
 
 
 # Choosing

@@ -32,13 +32,14 @@ def test_kernels_settings_name_the_chosen_kernels_and_parts_hold_them():
     assert fast.parts(fast.chosen("plain")) == modules.PLAIN == modules.Parts()
     chosen = fast.parts(fast.chosen("feed_forward, beam_cache"))
     assert chosen.Pointwise is fast.Pointwise and chosen.Dropout is keras.layers.Dropout
-    # every part is a kernel's but decoding's write, which follows how the loops are compiled
+    # every part is a kernel's but decoding's cache and write, which follow how the loops are compiled
     assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()} | {
-        "slice_update"}
+        "slice_update", "cache"}
     assert fast.decoding_parts(chosen, xla_decoding=True) == chosen
     in_graph = fast.decoding_parts(chosen, xla_decoding=False)
     assert in_graph.slice_update is (fast.slice_update_in_graph if TENSORFLOW else ops.slice_update)
-    assert dataclasses.replace(in_graph, slice_update=chosen.slice_update) == chosen
+    assert in_graph.cache is (fast.GrowingCache if TENSORFLOW else modules.FixedLengthCache)
+    assert dataclasses.replace(in_graph, slice_update=chosen.slice_update, cache=chosen.cache) == chosen
 
 
 def test_the_write_as_one_graph_is_the_plain_write_and_compiles_nothing():
