@@ -137,7 +137,7 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
     export) and translates greedily as translate.py does."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     import decoding
-    from trained.lines import translate_lines
+    from trained.lines import batches, translate_lines
     from trained import serving
 
     m = variant_model(VARIANTS[variant], sample_sp)
@@ -147,7 +147,7 @@ def test_each_variant_exports_to_ctranslate2_and_scores_and_translates_as_the_mo
     want = translate_lines(m, sample_sp, lines, m.maxlen1, 2000)
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
     sources = [sample_sp.encode(line, out_type=str) for line in lines]
-    longest = -(-(max(map(len, sources)) + 1) // 8) * 8  # one batch: with </s>, padded as data_load.encoder_inputs
+    (_, longest), = batches(m, [len(s) + 1 for s in sources], 2000, 1)  # one batch, padded as translate_lines pads it
     results = translator.translate_batch(sources, beam_size=1, max_decoding_length=decoding.default_max_len(m, longest))
     assert [sample_sp.decode(r.hypotheses[0]) for r in results] == want
 
