@@ -354,12 +354,12 @@ def set_aside(done, live, aside, results):
 
 # Compiled, and called on NumPy batches
 
-def fixed_shapes(model):
-    """Whether the model's decoding loops are compiled for each batch shape (XLA on TensorFlow, or
-    JAX), so that every new shape costs a compilation; as one graph (TensorFlow without XLA, a
-    CPU's default) or eagerly (PyTorch) any shape costs the same (trained.lines.batches)."""
-    backend = keras.backend.backend()
-    return backend == "jax" or (backend == "tensorflow" and model.xla_decoding)
+def one_graph_loops(model):
+    """Whether the model's decoding loops run as one TensorFlow graph for every batch shape
+    (`one_graph`: TensorFlow without XLA, a CPU's default), a batch shrinking as its sentences end;
+    elsewhere they are compiled for each batch shape (XLA, JAX) or run eagerly (PyTorch), and a
+    batch keeps its rows to its end."""
+    return keras.backend.backend() == "tensorflow" and not model.xla_decoding
 
 
 def compiled(model, fn, static=()):
@@ -385,7 +385,7 @@ def compiled(model, fn, static=()):
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
             loop = fn in (greedy_loop, beam_loop)
-            if loop and not model.xla_decoding:
+            if loop and one_graph_loops(model):
                 bound = one_graph(functools.partial(bound, shrink=True))
             else:
                 bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)

@@ -10,25 +10,25 @@ import numpy as np
 from tqdm import tqdm
 
 import data_load
-from decoding import beam_search, fixed_shapes, greedy_decode
+from decoding import beam_search, greedy_decode, one_graph_loops
 from support.utils import UserError
 
 
 def batches(model, lens, tokens_per_batch, beam_size):
     """translate's batches of sentences of these lengths (</s> included): data_load.decode_batches
-    under the token budget, as the model's decoding loops run (decoding's fixed_shapes).
+    under the token budget, as the model's decoding loops run (decoding's one_graph_loops).
 
-    Loops compiled for each batch shape (XLA, JAX) get few shapes: lengths padded to multiples of
-    data_load.PAD_MULTIPLE, and beam search's budget divided by the beam size, since its K rows a
-    sentence decode to the batch's end. As one graph a shape costs nothing more: a batch is padded to
-    its own lengths, and beam search's batches hold as many sentences as greedy decoding's
-    (finished sentences are set aside as they end, decoding.set_aside): fewer steps, each over
-    more rows.
+    Loops compiled for each batch shape (XLA, JAX) get few shapes, lengths padded to multiples of
+    data_load.PAD_MULTIPLE, and where a batch keeps its rows to its end (compiled, or eager on
+    PyTorch) beam search gets a beam size's share of the budget. As one graph a shape costs nothing
+    more: a batch is padded to its own lengths, and beam search's batches hold as many sentences
+    as greedy decoding's (finished sentences are set aside as they end, decoding.set_aside): fewer
+    steps, each over more rows.
     """
-    fixed = fixed_shapes(model)
-    budget = max(tokens_per_batch // beam_size, 1) if fixed else tokens_per_batch
+    one_graph = one_graph_loops(model)
+    budget = tokens_per_batch if one_graph else max(tokens_per_batch // beam_size, 1)
     return data_load.decode_batches(lens, budget, limit=model.maxlen1,
-                                    multiple=data_load.PAD_MULTIPLE if fixed else 1)
+                                    multiple=1 if one_graph else data_load.PAD_MULTIPLE)
 
 
 def translate(model, sp, src_seqs, tokens_per_batch, beam_size=1, alpha=0.6, desc="translate", beam_stop="bound",
