@@ -66,9 +66,9 @@ def chosen_snapshots(hp):
     newest, and those every hp.average_every steps before it; a UserError where the run does not
     hold them all (trained without --average_every, not to its end, or with snapshots further apart)."""
     kept = dict(checkpoints.snapshots(hp.logdir))
-    last = max(kept, default=None)
-    wanted = [] if last is None else [last - i * hp.average_every for i in range(hp.average_last)][::-1]
-    if last is None or any(step not in kept for step in wanted):
+    last = max(kept, default=0)
+    wanted = [last - i * hp.average_every for i in range(hp.average_last)][::-1] if kept else []
+    if not kept or any(step not in kept for step in wanted):
         held = ", ".join(map(str, sorted(kept))) or "none"
         raise UserError(f"{os.path.join(hp.logdir, 'ckpt', 'snapshots')}: --average_every {hp.average_every} "
                         f"--average_last {hp.average_last} averages snapshots at steps "
