@@ -54,8 +54,8 @@ def load_trained(hp, ckpt=None, preset=None):
             name = os.path.join(os.path.dirname(paths[-1]),
                                 f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras")
     # TensorFlow, Keras and the model are hundreds of thousands of objects that live as long as the
-    # process; frozen out of the garbage collector's generations, they are no longer walked at each
-    # full collection, of which tracing a decoding loop makes several (docs/speed.md)
+    # process: collected once now and frozen out of the garbage collector's generations, they are
+    # not walked again by a full collection, such as tracing a decoding loop set off (docs/speed.md)
     gc.collect()
     gc.freeze()
     return model, sp, name
