@@ -19,15 +19,23 @@ import keras
 import numpy as np
 from keras import ops
 
-from data_load import BOS, EOS, PAD
+from data_load import BOS, EOS, PAD, PAD_MULTIPLE
 from modules import NEG_INF
 
 
 def default_max_len(model, source_length):
-    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10, and no more than a
-    learned position table holds. source_length: a Python int, or an int scalar tensor in a traced
-    graph (trained/serving.py's SavedModel), which gets one back."""
-    max_len = 3 * source_length // 2 + 10  # 1.5 * T1 rounded down, + 10
+    """Most output tokens for a source of this (padded) length: 1.5 * T1 + 10, T1 counted as loops
+    compiled for each shape pad it (up to a multiple of PAD_MULTIPLE, not past maxlen1 when it fits:
+    data_load.padded_length), so that a batch padded to its own lengths (as one graph) decodes as
+    long, and beam search stops where it would; and no more than a learned position table holds.
+    source_length: a Python int, or an int scalar tensor in a traced graph (trained/serving.py's
+    SavedModel), which gets one back."""
+    up = -(-source_length // PAD_MULTIPLE) * PAD_MULTIPLE  # T1 rounded up to a multiple
+    if isinstance(source_length, int):
+        padded = min(up, model.maxlen1) if source_length <= model.maxlen1 else up
+    else:
+        padded = ops.where(source_length <= model.maxlen1, ops.minimum(up, model.maxlen1), up)
+    max_len = 3 * padded // 2 + 10  # 1.5 * T1 rounded down, + 10
     if model.positional != "learned":
         return max_len
     return min(max_len, model.maxlen2) if isinstance(max_len, int) else ops.minimum(max_len, model.maxlen2)

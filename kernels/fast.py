@@ -231,8 +231,19 @@ class GrowingCache:
 
     @staticmethod
     def write(cache, index, new):
-        """cache (N, h, index, d_k) with new (N, h, G, d_k) after its entries: (N, h, index + G, d_k)."""
-        return ops.concatenate([cache, ops.cast(new, cache.dtype)], axis=2)  # (N, h, index + G, d_k)
+        """cache (N, h, index, d_k) with new (N, h, G, d_k) after its entries: (N, h, index + G, d_k).
+        An index other than the entries held (an attention edited to write elsewhere) stops the loop
+        with an error that says so: the fixed-length cache (--jit_compile on) writes at any entry."""
+        import tensorflow as tf
+
+        held = tf.debugging.assert_equal(
+            tf.shape(cache)[2], tf.cast(index, tf.int32),
+            message="kernels.fast.GrowingCache: a decoding step writes at cache_index, and this cache, which "
+                    "grows a step at a time (decoding as one graph), holds just the entries written so far, so "
+                    "cache_index must be their number; decode with --jit_compile on for the fixed-length cache "
+                    "(modules.FixedLengthCache), which writes at any entry")
+        with tf.control_dependencies([held]):
+            return ops.concatenate([cache, ops.cast(new, cache.dtype)], axis=2)  # (N, h, index + G, d_k)
 
     @staticmethod
     def entries(cache, written):

@@ -300,12 +300,14 @@ def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
 
 
 def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
-    """default_max_len gives 1.5 T1 + 10, clamped to a learned position table, for a Python int and
-    for a length tensor (trained/serving.py's SavedModel computes it in its graph) alike."""
+    """default_max_len gives 1.5 T1 + 10, T1 padded as loops compiled for each shape pad it (to a
+    multiple of 8, not past maxlen1 when it fits), clamped to a learned position table, for a
+    Python int and for a length tensor (trained/serving.py's SavedModel computes it in its graph) alike."""
     import types
-    sinusoid, learned = types.SimpleNamespace(positional="sinusoid"), types.SimpleNamespace(positional="learned",
-                                                                                             maxlen2=30)
-    for model, length, want in ((sinusoid, 13, 29), (learned, 8, 22), (learned, 16, 30)):
+    sinusoid = types.SimpleNamespace(positional="sinusoid", maxlen1=20)
+    learned = types.SimpleNamespace(positional="learned", maxlen1=20, maxlen2=30)
+    for model, length, want in ((sinusoid, 13, 34), (sinusoid, 16, 34), (sinusoid, 19, 40), (sinusoid, 21, 46),
+                                (learned, 8, 22), (learned, 16, 30)):
         assert decoding.default_max_len(model, length) == want
         assert int(ops.convert_to_numpy(decoding.default_max_len(model, ops.convert_to_tensor(length)))) == want
 
