@@ -192,22 +192,9 @@ def slice_update_in_graph(x, start, update):
     """ops.slice_update(x, start, update) as TensorFlow's strided-slice update. Keras writes it as
     XLA's dynamic-update-slice, which a loop run as one graph, without XLA, compiles on its own for
     every shape it meets (a program each, kept in the persistent compilation cache): many, once a
-    batch shrinks (decoding.set_aside). start: ints or int scalar tensors, one per axis of x.
-
-    Decoding writes a step of every row: start is 0 on every axis but one, and update spans x on
-    those. Such a write is made on x seen as a matrix, (the axes before the written one, the rest):
-    the same op on two axes took about half the time it takes on a cache's four."""
+    batch shrinks (decoding.set_aside). start: ints or int scalar tensors, one per axis of x."""
     import tensorflow as tf
 
-    written = [axis for axis, i in enumerate(start) if not (isinstance(i, int) and i == 0)]
-    if len(written) == 1 and len(start) > 2:
-        axis, shape = written[0], tf.shape(x)  # shape: (rank,)
-        inner = tf.reduce_prod(shape[axis + 1:])  # the elements of one entry of the written axis
-        rows = tf.reduce_prod(shape[:axis])
-        matrix = tf.reshape(x, tf.stack([rows, -1]))  # (rows, x's entries on the axis * inner)
-        written_matrix = slice_update_in_graph(matrix, (0, tf.cast(start[axis], tf.int32) * inner),
-                                               tf.reshape(update, tf.stack([rows, -1])))
-        return tf.reshape(written_matrix, shape)
     begin = tf.stack([tf.cast(i, tf.int32) for i in start])  # (rank,)
     return tf.raw_ops.TensorStridedSliceUpdate(input=x, begin=begin, end=begin + tf.shape(update),
                                                strides=tf.ones_like(begin), value=update)

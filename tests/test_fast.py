@@ -59,7 +59,7 @@ def test_the_write_as_one_graph_is_the_plain_write_and_compiles_nothing():
         ops_used = {node.op for node in traced.get_concrete_function().graph.as_graph_def().node}
         assert not any(op.startswith("Xla") for op in ops_used), ops_used
     # the other writes decoding makes (a step of the outputs, of beam search's hypotheses), and one
-    # at two axes' starts, which is not a decoding write and takes the op's general form
+    # at two axes' starts, which is not a decoding write
     for x, start, update in ((rand(3, 7), (0, 4), rand(3, 1, seed=2)),
                              (rand(2, 6, 7), (0, 0, 4), rand(2, 6, 1, seed=3)),
                              (rand(3, 2, 7, 4), (1, 0, 2, 0), rand(2, 2, 3, 4, seed=4))):
