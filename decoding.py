@@ -88,13 +88,15 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
       ids (N, L) with <pad> after </s>, and log-probabilities (N,).
     """
     context, caches = model.start_cache(source, max_len)
+    output_matrix = model.output_matrix()  # (V', d), the same at every step
     n = ops.shape(source)[0]
 
     def cond(t, live, aside):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(live["finished"])))
 
     def body(t, live, aside):
-        log_probs, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"])  # (n, V')
+        log_probs, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"],
+                                              output_matrix=output_matrix)  # (n, V')
         next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (n,), (n,)
         next_ids = ops.where(live["finished"], PAD, next_ids)  # (n,)
         live = dict(live, tokens=next_ids, caches=caches,
@@ -220,10 +222,12 @@ class ReorderedCache:
     def __init__(self, model, source, max_len, beam_size):
         self.model, self.beam_size, self.rows_per_sentence = model, beam_size, beam_size
         self.initial = model.start_cache(source, max_len, repeat=beam_size)
+        self.output_matrix = model.output_matrix()  # (V', d), the same at every step
 
     def step(self, tokens, t, state):
         context, caches = state
-        log_probs, caches = self.model.decode_step(tokens, t, context, caches)  # (N*K, V')
+        log_probs, caches = self.model.decode_step(tokens, t, context, caches,
+                                                   output_matrix=self.output_matrix)  # (N*K, V')
         return log_probs, (context, caches)
 
     def reorder(self, state, parents):
@@ -247,6 +251,7 @@ class InPlaceBeamCache:
         context, caches = model.start_cache(source, max_len * beam_size)
         n = ops.shape(source)[0]
         self.initial = (context, ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
+        self.output_matrix = model.output_matrix()  # (V', d), the same at every step
         self.slots = ops.expand_dims(ops.arange(beam_size, dtype="int32"), 1)  # (K, 1)
         self.entries = ops.expand_dims(ops.arange(max_len * beam_size, dtype="int32"), 0)  # (1, L*K)
 
@@ -256,7 +261,7 @@ class InPlaceBeamCache:
         history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
         held = history[:, :, :self.model.cache_entries(caches, self.beam_size)]  # (N, K, the cache's entries)
         log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held,
-                                                   group=self.beam_size)  # (N*K, V')
+                                                   group=self.beam_size, output_matrix=self.output_matrix)  # (N*K, V')
         return log_probs, (context, history, caches)
 
     def reorder(self, state, parents):

@@ -67,7 +67,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         embedding = dict(pad_id=PAD, initializer=self.choices.embedding_init, scale=self.choices.scale_embeddings)
         # the target side's, and (shared, as in 3.4) the source's and the output projection's too
         self.embedding = TokenEmbedding(vocab_size, d_model, zero_pad_logit=self.choices.pad_logit == "zero",
-                                        tied_output=shared, **embedding, name="embedding")
+                                        tied_output=shared, parts=parts, **embedding, name="embedding")
         self.source_embedding = None if shared else TokenEmbedding(vocab_size, d_model, **embedding,
                                                                    name="source_embedding")
         self.source_position = PositionalEncoding(d_model, maxlen1, positional, name="source_position")
@@ -96,12 +96,19 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         y = self.target_position(self.embedding(target_in), start=start)  # (N, T2, d)
         return self.target_dropout(y, training=training)  # (N, T2, d)
 
-    def logits(self, y):
+    def logits(self, y, output_matrix=None):
         """The last decoder block's output y (N, T2, d) -> logits (N, T2, V'): (pre-norm) the
-        decoder's final layer norm, then the pre-softmax linear layer over output_ids' rows."""
+        decoder's final layer norm, then the pre-softmax linear layer over output_ids' rows
+        (output_matrix(), or the one given)."""
         if self.decoder_norm is not None:
             y = self.decoder_norm(y)  # (N, T2, d)
-        return self.embedding.project(y, self.output_rows())  # (N, T2, V')
+        return self.embedding.project(y, self.output_rows(), matrix=output_matrix)  # (N, T2, V')
+
+    def output_matrix(self):
+        """The pre-softmax linear layer's matrix over the logits columns (V', d) in the compute
+        dtype: its rows of output_ids gathered, and cast, once. A decoding loop takes it before its
+        steps (decode_step's output_matrix), not at every step."""
+        return ops.cast(self.embedding.output_matrix(self.output_rows()), self.embedding.compute_dtype)  # (V', d)
 
     def encode(self, source, training=None, return_attention_scores=False):
         """source (N, T1) ids -> memory (N, T1, d), source mask (N, T1) bool; with
@@ -169,10 +176,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                   for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each, as the layout keeps them (Parts.cache)
         return {"cross": cross, "source_mask": ops.repeat(source_mask, repeat, axis=0)}, caches
 
-    def decode_step(self, tokens, step, context, caches, target_mask=None, group=1):
+    def decode_step(self, tokens, step, context, caches, target_mask=None, group=1, output_matrix=None):
         """decode for one new position: the previous tokens (N*G,) at position `step` ->
         log-probabilities of the next token over the logits columns (N*G, V') and the updated caches
-        (context and caches from start_cache).
+        (context and caches from start_cache; output_matrix from output_matrix(), taken here if None).
 
         By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
         the G adjacent rows of a sentence share one cache (a search's layout): they enter the
@@ -189,7 +196,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         y, caches, _ = self.decoder_stack(y, target_mask, context["source_mask"], cross_caches=context["cross"],
                                           caches=caches, cache_index=step * group)  # (N, G, d)
         y = ops.reshape(y, (-1, 1, self.d_model))  # (N*G, 1, d)
-        logits = self.logits(y)[:, 0]  # (N*G, V')
+        logits = self.logits(y, output_matrix)[:, 0]  # (N*G, V')
         return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches  # (N*G, V')
 
     def cache_entries(self, caches, group=1):

@@ -74,6 +74,8 @@ class Parts:
     with faster kernels for some (same weights, same results within rounding); the model hands
     its Parts to every layer when it is built (--kernels)."""
 
+    Dense: type = keras.layers.Dense  # a learned linear map of the last axis (3.2.2's projections)
+    matmul_transposed: Callable = None  # x times a weight matrix transposed (3.4's logits); None: matmul_transposed
     Pointwise: type = PointwiseConv  # a kernel-size-1 convolution (3.3)
     Dropout: type = keras.layers.Dropout  # (5.4)
     LayerNormalization: type = keras.layers.LayerNormalization  # (3.1)
@@ -172,14 +174,16 @@ class TokenEmbedding(keras.layers.Layer):
         model as they are.
       tied_output: the pre-softmax linear layer is this matrix (section 3.4); otherwise it has a
         matrix of its own (`output_embeddings`), of the same shape and initializer.
+      parts: the primitives to build with (Parts; default: the plain ones).
     """
 
     def __init__(self, vocab_size, d_model, pad_id=0, initializer="normal", zero_pad_logit=False, scale=True,
-                 tied_output=True, **kwargs):
+                 tied_output=True, parts=None, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
         self.initializer, self.zero_pad_logit = initializer, zero_pad_logit
         self.scale, self.tied_output = scale, tied_output
+        self.matmul_transposed = (parts or PLAIN).matmul_transposed or matmul_transposed
 
     def build(self, input_shape=None):
         def initializer():
@@ -208,12 +212,13 @@ class TokenEmbedding(keras.layers.Layer):
             w = w * ops.expand_dims(ops.cast(ops.not_equal(ids, self.pad_id), w.dtype), -1)  # (V or V', d)
         return w
 
-    def project(self, x, rows=None):
+    def project(self, x, rows=None, matrix=None):
         """Logits: x (N, T, d) times the transposed output matrix -> (N, T, V) in float32 (the
         matmul in x's dtype). With rows (V',) int ids, only those rows of the matrix: logits
-        (N, T, V') over those ids, in their order."""
-        w = self.output_matrix(rows)  # (V or V', d)
-        logits = matmul_transposed(x, ops.cast(w, x.dtype))  # (N, T, V or V')
+        (N, T, V') over those ids, in their order. matrix: output_matrix(rows), where the caller
+        took it already (decoding takes it once for all its steps)."""
+        w = self.output_matrix(rows) if matrix is None else matrix  # (V or V', d)
+        logits = self.matmul_transposed(x, ops.cast(w, x.dtype))  # (N, T, V or V')
         return ops.cast(logits, "float32")  # (N, T, V or V')
 
     def get_config(self):
@@ -314,12 +319,13 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.output_projection = output_projection
         self.d_k = d_model // num_heads
-        self.query_dense = keras.layers.Dense(d_model, name="query")
-        self.key_dense = keras.layers.Dense(d_model, name="key")
-        self.value_dense = keras.layers.Dense(d_model, name="value")
-        self.output_dense = keras.layers.Dense(d_model, name="output") if output_projection else None
-        self.dropout = (parts or PLAIN).Dropout(dropout_rate)
-        self.cache = (parts or PLAIN).cache
+        parts = parts or PLAIN
+        self.query_dense = parts.Dense(d_model, name="query")
+        self.key_dense = parts.Dense(d_model, name="key")
+        self.value_dense = parts.Dense(d_model, name="value")
+        self.output_dense = parts.Dense(d_model, name="output") if output_projection else None
+        self.dropout = parts.Dropout(dropout_rate)
+        self.cache = parts.cache
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape

@@ -9,6 +9,7 @@ own `call` runs either way, the optimizer model.compile_model builds, and the ca
 decoding.beam_loop uses. docs/archive/speed-to-2026-12-05.md gives each one's measured gain
 ("What each of fast.py's kernels gains").
 
+  projections             the attention's projections and the output logits as 2-D matmuls
   feed_forward            the kernel-size-1 convolutions as matmuls with their kernels
   dropout                 one random 32-bit integer per two elements (TensorFlow)
   layer_norm              layer normalization with its gradient written out (TensorFlow)
@@ -27,15 +28,52 @@ from keras import ops
 import modules
 
 
+# The linear maps: every position's vector times one weight matrix, as one 2-D matmul
+
+def matmul_rows(x, w, transpose=False):
+    """x (..., in) times the matrix w (in, out), or times w (out, in) transposed -> (..., out), on
+    TensorFlow as one 2-D matmul of x's rows: Keras writes a (N, T, in) tensor times a matrix as
+    tf.tensordot, a dozen graph ops of shape arithmetic around the product (and a transposed
+    matrix as a copy), traced into every graph and run at every decoding step."""
+    if keras.backend.backend() != "tensorflow" or len(w.shape) != 2:
+        return modules.matmul_transposed(x, w) if transpose else ops.matmul(x, w)  # (..., out)
+    import tensorflow as tf
+
+    y = tf.matmul(tf.reshape(x, (-1, x.shape[-1])), w, transpose_b=transpose)  # (rows, out)
+    out = w.shape[0] if transpose else w.shape[1]
+    lead = tuple(x.shape[1:-1])
+    if None in lead:  # axes after the first of unknown length: x's shape, read as the graph runs
+        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [out]], 0))  # (..., out)
+    return tf.reshape(y, (-1, *lead, out))  # (..., out)
+
+
+def matmul_rows_transposed(x, w):
+    """modules.matmul_transposed(x, w) for a matrix w (out, in) (the output logits, 3.4), as
+    `matmul_rows` with w transposed."""
+    return matmul_rows(x, w, transpose=True)
+
+
+class Dense(keras.layers.Dense):
+    """keras.layers.Dense (the attention's projections, 3.2.2) with its matmul as `matmul_rows`."""
+
+    def call(self, inputs, training=None):
+        if self.quantization_mode is not None or self.lora_enabled:
+            return super().call(inputs, training=training)
+        x = matmul_rows(inputs, ops.cast(self.kernel, inputs.dtype))  # (..., units)
+        if self.bias is not None:
+            x = ops.add(x, ops.cast(self.bias, inputs.dtype))  # (..., units)
+        return x if self.activation is None else self.activation(x)
+
+
 # Feed-forward: a kernel-size-1 convolution is a matmul with its (1, in, out) kernel
 
 class Pointwise(modules.PointwiseConv):
-    """modules.PointwiseConv as a matmul with the squeezed (1, in, out) kernel (not sliced: a
-    slice's gradient is a copy into zeros), the bias and the activation."""
+    """modules.PointwiseConv as a matmul (`matmul_rows`) with the squeezed (1, in, out) kernel (not
+    sliced: a slice's gradient is a copy into zeros), the bias and the activation."""
 
     def call(self, x):
         kernel = ops.cast(ops.squeeze(self.kernel, 0), x.dtype)  # (in, out)
-        y = ops.matmul(x, kernel)  # (N, T, out)
+        y = matmul_rows(x, kernel)  # (N, T, out)
         if self.use_bias:
             y = y + ops.cast(self.bias, x.dtype)  # (N, T, out)
         return self.activation(y)  # (N, T, out)
@@ -249,14 +287,15 @@ def decoding_parts(parts, xla_decoding):
 
 # Choosing
 
-KERNELS = ("feed_forward", "dropout", "layer_norm", "cross_entropy", "adam", "beam_cache")
-TENSORFLOW_ONLY = {"dropout", "layer_norm", "adam"}
-# kernel -> (the modules.Parts field it fills, the faster part)
+KERNELS = ("projections", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam", "beam_cache")
+TENSORFLOW_ONLY = {"projections", "dropout", "layer_norm", "adam"}
+# kernel -> the modules.Parts fields it fills, each with its faster part
 PARTS = {
-    "feed_forward": ("Pointwise", Pointwise),
-    "dropout": ("Dropout", Dropout),
-    "layer_norm": ("LayerNormalization", LayerNormalization),
-    "cross_entropy": ("cross_entropy", smoothed_cross_entropy),
+    "projections": {"Dense": Dense, "matmul_transposed": matmul_rows_transposed},
+    "feed_forward": {"Pointwise": Pointwise},
+    "dropout": {"Dropout": Dropout},
+    "layer_norm": {"LayerNormalization": LayerNormalization},
+    "cross_entropy": {"cross_entropy": smoothed_cross_entropy},
 }
 
 
@@ -298,4 +337,5 @@ def chosen(kernels):
 def parts(names):
     """The modules.Parts of the chosen kernels (names, from `chosen`): the faster parts among
     them, the plain ones elsewhere."""
-    return dataclasses.replace(modules.PLAIN, **dict(PARTS[name] for name in names if name in PARTS))
+    return dataclasses.replace(modules.PLAIN, **{field: part for name in names if name in PARTS
+                                                 for field, part in PARTS[name].items()})

@@ -33,8 +33,8 @@ def test_kernels_settings_name_the_chosen_kernels_and_parts_hold_them():
     chosen = fast.parts(fast.chosen("feed_forward, beam_cache"))
     assert chosen.Pointwise is fast.Pointwise and chosen.Dropout is keras.layers.Dropout
     # every part is a kernel's but decoding's cache and write, which follow how the loops are compiled
-    assert {field.name for field in dataclasses.fields(modules.Parts)} == {f for f, _ in fast.PARTS.values()} | {
-        "slice_update", "cache"}
+    assert {field.name for field in dataclasses.fields(modules.Parts)} == {
+        f for fields in fast.PARTS.values() for f in fields} | {"slice_update", "cache"}
     assert fast.decoding_parts(chosen, xla_decoding=True) == chosen
     in_graph = fast.decoding_parts(chosen, xla_decoding=False)
     assert in_graph.slice_update is (fast.slice_update_in_graph if TENSORFLOW else ops.slice_update)
@@ -94,6 +94,10 @@ def test_two_models_with_different_kernels_live_in_one_process():
     assert norm is (fast.LayerNormalization if TENSORFLOW else keras.layers.LayerNormalization)
     assert type(plain_model.decoder_blocks[0].feed_forward_norm.norm) is keras.layers.LayerNormalization
     assert type(plain_model.source_dropout) is keras.layers.Dropout
+    query = type(fast_model.decoder_blocks[0].self_attention.query_dense)
+    assert query is (fast.Dense if TENSORFLOW else keras.layers.Dense)
+    assert type(plain_model.decoder_blocks[0].self_attention.query_dense) is keras.layers.Dense
+    assert plain_model.embedding.matmul_transposed is modules.matmul_transposed
 
 
 def test_fast_imports_no_decoding_and_no_model():
@@ -128,7 +132,7 @@ def model_and_gradients(kernels, weights=None):
     return m, ops.convert_to_numpy(logits), [ops.convert_to_numpy(tf.convert_to_tensor(g)) for g in grads]
 
 
-@pytest.mark.parametrize("kernels", ["feed_forward", "layer_norm", "cross_entropy", "fast"])
+@pytest.mark.parametrize("kernels", ["projections", "feed_forward", "layer_norm", "cross_entropy", "fast"])
 def test_each_drop_in_gives_the_plain_models_values_and_gradients(kernels):
     """The model with one kernel (or all of them), on the plain model's weights: the same logits and
     the same gradient of the loss for every weight, within float32 rounding."""
@@ -235,6 +239,58 @@ def test_pointwise_equals_the_kernel_size_1_convolution(filters, activation, use
     np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), ops.convert_to_numpy(plain(x)), rtol=1e-5, atol=1e-5)
     if TENSORFLOW:
         for a, b in zip(gradients(ours, x, w), gradients(plain, x, w)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("units, activation, use_bias, shape", [
+    (D, None, True, (N, T1, D)),  # the attention's projections over a sequence
+    (D, None, True, (N, 1, D)),  # over one decoding step
+    (8, "relu", False, (3, 2, 5, 12)),  # settings and ranks the model does not use
+    (8, None, True, (3, 12)),
+])
+def test_dense_equals_keras_dense(units, activation, use_bias, shape):
+    """fast.Dense (its matmul as one 2-D product of the rows) gives keras.layers.Dense's values and
+    gradients on the same weights, on tensors of any rank; and as one graph whose middle axes are
+    of unknown length."""
+    x, w = rand(*shape, seed=31), rand(*shape[:-1], units, seed=32)
+    plain = keras.layers.Dense(units, activation=activation, use_bias=use_bias)
+    ours = fast.Dense(units, activation=activation, use_bias=use_bias)
+    plain.build(shape)
+    ours.build(shape)
+    ours.set_weights([rand(*v.shape, seed=33 + i) for i, v in enumerate(ours.weights)])
+    plain.set_weights(ours.get_weights())
+    expected = ops.convert_to_numpy(plain(x))
+    np.testing.assert_allclose(ops.convert_to_numpy(ours(x)), expected, rtol=1e-5, atol=1e-5)
+    if TENSORFLOW:
+        import tensorflow as tf
+
+        for a, b in zip(gradients(ours, x, w), gradients(plain, x, w)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        unknown = tf.function(ours, input_signature=[tf.TensorSpec((None,) * len(shape[:-1]) + shape[-1:])])
+        np.testing.assert_allclose(unknown(x).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_rows_transposed_equals_the_plain_product():
+    """The output logits' product, x times the transposed output matrix, as fast's 2-D matmul: the
+    plain modules.matmul_transposed's values and gradients; a weight of higher rank (attention's
+    Q K^T) goes to the plain product."""
+    x, m, w = rand(N, 3, D, seed=41), rand(17, D, seed=42), rand(N, 3, 17, seed=43)
+    expected = ops.convert_to_numpy(modules.matmul_transposed(x, m))
+    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_rows_transposed(x, m)), expected, rtol=1e-5, atol=1e-5)
+    k = rand(N, 4, D, seed=44)
+    np.testing.assert_allclose(ops.convert_to_numpy(fast.matmul_rows_transposed(x, k)),
+                               ops.convert_to_numpy(modules.matmul_transposed(x, k)), rtol=1e-5, atol=1e-5)
+    if TENSORFLOW:
+        import tensorflow as tf
+
+        def grads(fn):
+            xs, ms = tf.constant(x), tf.constant(m)
+            with tf.GradientTape() as tape:
+                tape.watch([xs, ms])
+                loss = tf.reduce_sum(fn(xs, ms) * w)
+            return [g.numpy() for g in tape.gradient(loss, [xs, ms])]
+
+        for a, b in zip(grads(fast.matmul_rows_transposed), grads(modules.matmul_transposed)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
