@@ -118,10 +118,12 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
 # 3. Beam search: the K best hypotheses of every sentence, extended together
 
 def gather_beams(x, beams):
-    """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...)."""
-    for _ in range(len(x.shape) - 2):
-        beams = ops.expand_dims(beams, -1)  # (N, J, 1, ...)
-    return ops.take_along_axis(x, beams, axis=1)
+    """x (N, K', ...) -> the rows `beams` (N, J) of each sentence: (N, J, ...). One gather of rows
+    n * K' + beams[n] of x with its first two axes as one (ops.take_along_axis, on TensorFlow,
+    broadcasts and transposes around its gather)."""
+    n, k = ops.shape(x)[0], ops.shape(x)[1]
+    rows = ops.expand_dims(ops.arange(n, dtype=beams.dtype) * k, 1) + beams  # (N, J)
+    return ops.take(ops.reshape(x, (-1, *ops.shape(x)[2:])), rows, axis=0)  # (N, J, ...)
 
 
 def length_penalty(length, alpha):
@@ -159,7 +161,7 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     candidates = ops.reshape(own + ops.expand_dims(state["alive_scores"], -1), (n, -1))  # (N, K*2K)
     top_scores, top = ops.top_k(candidates, 2 * beam_size)  # (N, 2K)
     top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * 2K + rank
-    columns = ops.take_along_axis(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top, axis=1)  # (N, 2K)
+    columns = gather_beams(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top)  # (N, 2K)
     top_beams, top_tokens = top // ops.shape(own)[-1], model.to_ids(columns)  # (N, 2K)
     top_seqs = model.parts.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
                                         ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
@@ -170,12 +172,12 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     new_norm = ops.where(eligible, top_scores / length_penalty(t + 1, alpha), NEG_INF)  # (N, 2K)
     fin_norm, keep = ops.top_k(ops.concatenate([state["fin_norm"], new_norm], axis=1), beam_size)  # (N, K)
     fin_seqs = gather_beams(ops.concatenate([state["fin_seqs"], top_seqs], axis=1), keep)  # (N, K, L)
-    fin_scores = ops.take_along_axis(ops.concatenate([state["fin_scores"], top_scores], axis=1), keep, axis=1)
+    fin_scores = gather_beams(ops.concatenate([state["fin_scores"], top_scores], axis=1), keep)  # (N, K)
     fin_count = state["fin_count"] + ops.sum(ops.cast(eligible, "int32"), axis=1)  # (N,)
     # 3. open: the best K candidates that do not end in </s>
     open_scores, pick = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), beam_size)  # (N, K)
-    parents = ops.take_along_axis(top_beams, pick, axis=1)  # (N, K)
-    tokens = ops.reshape(ops.take_along_axis(top_tokens, pick, axis=1), (-1,))  # (N*K,)
+    parents = gather_beams(top_beams, pick)  # (N, K)
+    tokens = ops.reshape(gather_beams(top_tokens, pick), (-1,))  # (N*K,)
     # 4. done: no open hypothesis can beat the best finished one
     bound = ops.max(open_scores, axis=1) / length_penalty(max_len, alpha)  # (N,)
     done = ops.logical_or(state["done"], ops.logical_and(fin_norm[:, 0] > NEG_INF / 2, bound <= fin_norm[:, 0]))
@@ -205,7 +207,7 @@ def beam_result(state):
     ids = ops.where(has_finished, state["fin_seqs"][:, 0],
                     gather_beams(state["alive_seqs"], best_open)[:, 0])  # (N, L)
     scores = ops.where(has_finished[:, 0], state["fin_scores"][:, 0],
-                       ops.take_along_axis(state["alive_scores"], best_open, axis=1)[:, 0])  # (N,)
+                       gather_beams(state["alive_scores"], best_open)[:, 0])  # (N,)
     return ids, scores
 
 
