@@ -299,6 +299,25 @@ def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
     assert not out_ids.any()
 
 
+def test_gather_beams_takes_each_sentences_rows_as_take_along_axis_does():
+    """gather_beams (one gather over the first two axes as one) picks for each sentence the rows
+    its indices name, as np.take_along_axis along axis 1 does, at ranks 2 to 4 and, on TensorFlow,
+    in a graph that knows none of the lengths."""
+    rng = np.random.default_rng(0)
+    beams = rng.integers(0, 5, (3, 4)).astype(np.int32)  # (N, J) rows among K' = 5
+    for shape in ((3, 5), (3, 5, 7), (3, 5, 2, 6)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        index = beams.reshape(beams.shape + (1,) * (len(shape) - 2))
+        want = np.take_along_axis(x, index, axis=1)  # (N, J, ...)
+        np.testing.assert_array_equal(ops.convert_to_numpy(decoding.gather_beams(x, beams)), want)
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            unknown = tf.function(decoding.gather_beams, input_signature=[
+                tf.TensorSpec((None,) * len(shape), tf.float32), tf.TensorSpec((None, None), tf.int32)])
+            np.testing.assert_array_equal(unknown(x, beams).numpy(), want)
+
+
 def test_the_output_length_rule_is_one_for_ints_and_traced_lengths():
     """default_max_len gives 1.5 T1 + 10, T1 padded as loops compiled for each shape pad it (to a
     multiple of 8, not past maxlen1 when it fits), clamped to a learned position table, for a
