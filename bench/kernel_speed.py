@@ -30,8 +30,8 @@ from support import devices  # noqa: E402
 import hyperparams  # noqa: E402
 from support.utils import run_cli, section  # noqa: E402
 
-TRAINING = ("feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
-DECODING = ("beam_cache",)
+TRAINING = ("projections", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
+DECODING = ("projections", "beam_cache")
 
 
 def alternate(configs, run_once, rounds):
