@@ -321,8 +321,8 @@ def choose(kernels):
 def chosen(kernels):
     """The kernels a --kernels value names on this backend, a frozenset of KERNELS. kernels:
     auto (every kernel on TensorFlow, where each was measured faster, docs/archive/speed-to-2026-12-05.md,
-    projections for a shorter first pass as one graph, docs/speed.md; none elsewhere), plain (none), fast (every one), or a comma-separated list (the benchmarks measure
-    them one by one)."""
+    projections for a shorter first pass as one graph, docs/speed.md; none elsewhere), plain (none),
+    fast (every one), or a comma-separated list (the benchmarks measure them one by one)."""
     tensorflow = keras.backend.backend() == "tensorflow"
     if kernels == "plain" or (kernels == "auto" and not tensorflow):
         return frozenset()
