@@ -30,7 +30,8 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
                          "--measure", "dropout", "--sentences", "8", "--num_blocks", "1", "--prepro_dir", prepro_dir)
     assert kernels.returncode == 0, kernels.stderr[-2000:]
     assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
-                        r"adam_update=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]", kernels.stdout.strip().splitlines()[-1])
+                        r"adam_update=[\d.]+/[01] beam_projections=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]",
+                        kernels.stdout.strip().splitlines()[-1])
     sampling = run_script("bench/sampling_speed.py", "--prepro_dir", prepro_dir, "--epochs", "1")
     assert sampling.returncode == 0, sampling.stderr[-2000:]
     assert re.fullmatch(r"sampling_speed seeded_s=[\d.]+ sentencepiece_s=[\d.]+ ratio=[\d.]+",
