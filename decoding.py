@@ -401,7 +401,7 @@ def compiled(model, fn, static=()):
             import tensorflow as tf
             loop = fn in (greedy_loop, beam_loop)
             if loop and one_graph_loops(model):
-                bound = one_graph(functools.partial(bound, shrink=True))
+                bound = one_graph(functools.partial(bound, shrink=True), model, fn)
             else:
                 bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)
                 tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
@@ -411,23 +411,30 @@ def compiled(model, fn, static=()):
     return cache[fn]
 
 
-def one_graph(loop):
+def one_graph(loop, model=None, fn=None):
     """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`, given
     shrink), as one TensorFlow graph that takes every batch shape and output length: source (N, T1)
     of any shape and max_len as tensors, traced once for each value of the rest (the beam's size,
-    alpha, stop)."""
+    alpha, stop). Where model.graph_folder names a folder, a graph traced there before by any process
+    for the same model, code and settings is read instead of traced (support.graphs.kept: fn is the
+    loop's function, model the model it is bound to)."""
     import tensorflow as tf
 
-    graphs = {}
+    graphs, read = {}, []
     signature = (tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((), tf.int32), tf.TensorSpec((), tf.int32))
 
     def run(source, max_len, min_len, **rest):
         key = tuple(sorted(rest.items()))
         if key not in graphs:
             graphs[key] = tf.function(functools.partial(loop, **rest), input_signature=signature, autograph=False)
+            if model is not None and model.graph_folder:
+                from support import graphs as kept_graphs
+                graphs[key], found = kept_graphs.kept(model.graph_folder, model, fn, rest, graphs[key])
+                read.append(found)
         return graphs[key](source, ops.convert_to_tensor(max_len, "int32"), min_len)
 
-    run.graphs = graphs  # what was traced: one graph for each value of the rest (the tests count them)
+    run.graphs = graphs  # what was traced (or read): one graph for each value of the rest (the tests count them)
+    run.read = read  # for each, whether it was read from model.graph_folder
     return run
 
 

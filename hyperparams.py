@@ -141,9 +141,9 @@ class Hparams:
                                                 "the lengths chosen from the data to pad least; 0: 16 where "
                                                 "steps are compiled (unless --length_multiple is given), else off",
                                   resumable=True)
-    compile_cache: str = setting("auto", "devices", "XLA's persistent compilation cache, where compiled programs "
-                                                    "(JAX's; TensorFlow's decoding loops) are kept for the next run "
-                                                    "(delete it to free the space): a folder, off, or auto: "
+    compile_cache: str = setting("auto", "devices", "where compiled programs (JAX's; TensorFlow's decoding loops, "
+                                                    "compiled by XLA or traced as one graph) are kept for the next "
+                                                    "run (delete it to free the space): a folder, off, or auto: "
                                                     "compile_cache beside --logdir",
                                  resumable=True)
     adam_beta2: float = setting(0.98, "training", "Adam's beta2 (paper: 0.98; the reference: 0.999)",

@@ -61,6 +61,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         self.attention_dropout = attention_dropout  # None: dropout_rate
         self.choices, self.kernels = modules.Choices.of(choices), fast.choose(kernels)
         self.xla_decoding = devices.jit_compile() if xla_decoding is None else bool(xla_decoding)
+        self.graph_folder = None  # where decoding loops traced as one graph are kept (decoding.one_graph)
         # the parts every layer is built with: --kernels', and decoding's write as the loops run
         self.parts = parts = fast.decoding_parts(self.kernels.parts, self.xla_decoding)
         shared = self.choices.share_embeddings
@@ -299,6 +300,7 @@ def rebuild(model, kernels=None, dtype=None, xla_decoding=None):
         config["dtype"] = dtype
     twin = Transformer.from_config(config)
     twin.build_with_dummy()
+    twin.graph_folder = model.graph_folder
     twin.set_weights(model.get_weights())
     return twin
 

@@ -8,10 +8,12 @@ beam search; the ratio of the times on each row.
 
 The port decodes as the run's --jit_compile says, or as --jit_compile says here: loops compiled by
 XLA for each batch shape (on), or one graph for every shape, traced once (off; auto: off on a CPU).
-Where XLA compiles, the port's first pass starts with an empty compilation cache (a fresh folder,
-deleted after), as a user's first translate.py on a machine does, or with --cache run from a copy
-of the run's own cache as eval.py (and on JAX, train.py) left it: the programs compiled for dev
-serve the file's batches of the same shapes (data_load.decode_batches). Its model is loaded before
+The port's first pass starts with an empty compilation cache (a fresh folder, deleted after), as a
+user's first translate.py on a machine does, or with --cache run from a copy of the run's own cache
+as eval.py and translate.py (and on JAX, train.py) left it: where XLA compiles, the programs
+compiled for dev serve the file's batches of the same shapes (data_load.decode_batches); as one
+graph, the loops an earlier process traced for the same searches are read, not traced
+(support/graphs.py), as in a user's second translate.py. Its model is loaded before
 the clock starts, as is CTranslate2's conversion. For each search it prints the batches, their shapes and padding, for
 greedy decoding how many rows x steps whole batches run for each token written (rows that finished
 early computed on until their batch ends, as with XLA; as one graph the batch shrinks,
@@ -144,7 +146,8 @@ def main(argv=None):
                                                     "to this JSON file; bench/tables.py draws tables from such files")
     p.add_argument("--cache", choices=("empty", "run"), default="empty",
                    help="the compilation cache the port's first pass starts from: empty (default: as on a machine "
-                        "that never compiled them), or a copy of the run's own (as eval.py left it)")
+                        "that never compiled them), or a copy of the run's own (as eval.py and translate.py left "
+                        "it: compiled programs, or the loops traced as one graph)")
     p.add_argument("--jit_compile", choices=("on", "off", "auto"),
                    help="how the port's decoding loops run (default: the run's --jit_compile): on, compiled by "
                         "XLA for each batch shape; off, one graph for every shape")

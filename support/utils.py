@@ -121,7 +121,8 @@ def compile_cache(hp):
     """The folder of XLA's persistent compilation cache for hp (None: off, or PyTorch): --compile_cache,
     or with auto compile_cache beside the run's folder (log/compile_cache for log/sample), shared by
     the runs there. JAX keeps every program it compiles there, TensorFlow its XLA programs (the
-    decoding loops). A folder the user set for the backend wins (JAX_COMPILATION_CACHE_DIR, or
+    decoding loops), or the decoding loops it traced as one graph (graphs/: support.graphs). A
+    folder the user set for the backend wins (JAX_COMPILATION_CACHE_DIR, or
     TF_XLA_FLAGS' --tf_xla_persistent_cache_directory)."""
     backend = backend_name()
     if backend not in ("jax", "tensorflow") or hp.compile_cache == "off":

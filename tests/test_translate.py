@@ -153,11 +153,12 @@ def test_before_training_the_hint_names_the_command_that_trains_this_run(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_start, tmp_path):
-    """translate.py --jit_compile on keeps the decoding programs XLA compiles in the compilation cache
-    beside the run folder (--compile_cache auto): the first process on a file writes them, a second
-    process on the same file finds every one there and writes none. (With --jit_compile off, a CPU's
-    default on TensorFlow, nothing is compiled: the loops run as one graph.)"""
+@pytest.mark.parametrize("jit_compile", ["on", "off"])
+def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_start, tmp_path, jit_compile):
+    """translate.py keeps what it compiles in the cache beside the run folder (--compile_cache auto):
+    with --jit_compile on the decoding programs XLA compiles, with off (a CPU's default on
+    TensorFlow) the decoding loops it traces as one graph (compile_cache/graphs). The first process
+    on a file writes them, a second process on the same file finds every one there and writes none."""
     import shutil
 
     run_dir = tmp_path / "runs" / "sample"  # its cache: tmp_path/runs/compile_cache, empty as yet
@@ -165,24 +166,30 @@ def test_a_second_translate_process_on_the_same_file_compiles_nothing_new(quick_
     lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Kind liest ein Buch im Garten."] * 7
     (tmp_path / "in.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
     cache = tmp_path / "runs" / "compile_cache"
-    kept = []  # the cache's files and when each was written: a program compiled again is written again
+
+    def written():  # the cache's files and when each was written: a program compiled again is written again
+        return {str(path): os.stat(path).st_mtime_ns for path in cache.rglob("*") if path.is_file()}
+
+    kept = []
     for k in range(2):  # fresh interpreters: TensorFlow reads where its cache is before its devices start
         run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
                               str(quick_start.prepro), "--input", str(tmp_path / "in.de"), "--output",
-                              str(tmp_path / f"out{k}.en"), "--beam_size", "2", "--jit_compile", "on"],
+                              str(tmp_path / f"out{k}.en"), "--beam_size", "2", "--jit_compile", jit_compile],
                              cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
-        kept.append({name: os.stat(cache / name).st_mtime_ns for name in os.listdir(cache)})
+        kept.append(written())
     assert kept[0] and kept[1] == kept[0], kept
+    if jit_compile == "off":
+        assert [os.path.basename(path).split("-")[0] for path in kept[0]] == ["beam_loop"], kept[0]
     assert (tmp_path / "out0.en").read_text(encoding="utf-8") == (tmp_path / "out1.en").read_text(encoding="utf-8")
-    # another file, other lines, batched in the same shape (data_load.decode_batches: as many lines,
-    # the longest the same): nothing new to compile either
+    # another file, other lines (with XLA, batched in the same shape: data_load.decode_batches, as
+    # many lines, the longest the same): nothing new to compile or trace either
     other = ["Ein Hund.", "Eine Frau lacht.", "Kinder.", "Ein Kind liest ein Buch im Garten."] * 5 + ["Ein Ball."]
     (tmp_path / "other.de").write_text("\n".join(other) + "\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "translate.py", "--logdir", str(run_dir), "--prepro_dir",
                           str(quick_start.prepro), "--input", str(tmp_path / "other.de"), "--output",
-                          str(tmp_path / "other.en"), "--beam_size", "2", "--jit_compile", "on"], cwd=ROOT,
+                          str(tmp_path / "other.en"), "--beam_size", "2", "--jit_compile", jit_compile], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert {name: os.stat(cache / name).st_mtime_ns for name in os.listdir(cache)} == kept[0]
+    assert written() == kept[0]
     assert len((tmp_path / "other.en").read_text(encoding="utf-8").splitlines()) == len(other)

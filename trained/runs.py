@@ -46,13 +46,17 @@ def load_trained(hp, ckpt=None, preset=None):
     else:
         paths = [p for _, p in found[-hp.average_last:]]
     # Keras starts in checkpoints.load: a second process on the same lines compiles nothing again
-    with compile_cache_while_keras_starts(hp):
+    with compile_cache_while_keras_starts(hp) as folder:
         if len(paths) == 1:
             model, name = checkpoints.load(paths[0], hp, meta, USE_DTYPE), paths[0]
         else:
             model = checkpoints.average(paths, hp, meta, USE_DTYPE)
             name = os.path.join(os.path.dirname(paths[-1]),
                                 f"{os.path.basename(paths[-1])[:-len('.keras')]}_avg{len(paths)}.keras")
+    from decoding import one_graph_loops  # Keras has started
+
+    if folder and one_graph_loops(model):  # its loops traced once, by the first process that decodes
+        model.graph_folder = os.path.join(folder, "graphs")
     # TensorFlow, Keras and the model are hundreds of thousands of objects that live as long as the
     # process: collected once now and frozen out of the garbage collector's generations, they are
     # not walked again by a full collection, such as tracing a decoding loop set off (docs/speed.md)
