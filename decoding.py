@@ -411,30 +411,30 @@ def compiled(model, fn, static=()):
     return cache[fn]
 
 
-def one_graph(loop, model=None, fn=None):
+def one_graph(loop, model, fn):
     """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`, given
-    shrink), as one TensorFlow graph that takes every batch shape and output length: source (N, T1)
-    of any shape and max_len as tensors, traced once for each value of the rest (the beam's size,
-    alpha, stop). Where model.graph_folder names a folder, a graph traced there before by any process
-    for the same model, code and settings is read instead of traced (support.graphs.kept: fn is the
-    loop's function, model the model it is bound to)."""
+    shrink; fn, the loop's function, of model), as one TensorFlow graph that takes every batch shape
+    and output length: source (N, T1) of any shape and max_len as tensors, traced once for each value
+    of the rest (the beam's size, alpha, stop). Where model.graph_folder names a folder, a graph that
+    any process traced there for the same model, code and settings is read instead
+    (support.graphs.kept, which also calls it)."""
     import tensorflow as tf
 
-    graphs, read = {}, []
+    from support import graphs as kept_graphs
+
+    graphs, calls, read = {}, {}, []
     signature = (tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((), tf.int32), tf.TensorSpec((), tf.int32))
 
     def run(source, max_len, min_len, **rest):
         key = tuple(sorted(rest.items()))
-        if key not in graphs:
+        if key not in calls:
             graphs[key] = tf.function(functools.partial(loop, **rest), input_signature=signature, autograph=False)
-            if model is not None and model.graph_folder:
-                from support import graphs as kept_graphs
-                graphs[key], found = kept_graphs.kept(model.graph_folder, model, fn, rest, graphs[key])
-                read.append(found)
-        return graphs[key](source, ops.convert_to_tensor(max_len, "int32"), min_len)
+            calls[key], found = kept_graphs.kept(model.graph_folder, model, fn, rest, graphs[key])
+            read.append(found)
+        return calls[key](source, max_len, min_len)
 
-    run.graphs = graphs  # what was traced (or read): one graph for each value of the rest (the tests count them)
-    run.read = read  # for each, whether it was read from model.graph_folder
+    run.graphs = graphs  # one tf.function for each value of the rest (the tests count their traces)
+    run.read = read  # for each, whether its graph was read from model.graph_folder, not traced
     return run
 
 

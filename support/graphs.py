@@ -156,8 +156,9 @@ def key(model, loop, settings):
 
 
 def kept(folder, model, loop, settings, traced):
-    """The loop as one graph: read from folder if a process has kept it there under its key, else
-    traced now (traced: its tf.function, taking source, max_len, min_len) and kept there.
+    """The loop as one graph: read from folder (None: none) if a process kept it there under its key,
+    else traced now (traced: its tf.function, of source, max_len and min_len) and kept there. Either
+    way it is called as `call` says.
 
     Returns:
       (a function of source, max_len and min_len as traced's, whether it was read from folder).
@@ -166,14 +167,15 @@ def kept(folder, model, loop, settings, traced):
     from google.protobuf.message import DecodeError
     from tensorflow.core.framework import function_pb2
 
-    path = os.path.join(folder, f"{loop.__name__}-{key(model, loop, settings)}.pb")
-    try:
-        with open(path, "rb") as f:
-            meta = json.loads(f.readline())
-            library = function_pb2.FunctionDefLibrary.FromString(f.read())
-        return call_kept(model, meta, library), True
-    except (OSError, ValueError, KeyError, StopIteration, DecodeError, tf.errors.OpError):  # none, or not whole
-        pass
+    path = os.path.join(folder, f"{loop.__name__}-{key(model, loop, settings)}.pb") if folder else None
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                meta = json.loads(f.readline())
+                library = function_pb2.FunctionDefLibrary.FromString(f.read())
+            return call(model, meta, library), True
+        except (OSError, ValueError, KeyError, StopIteration, DecodeError, tf.errors.OpError):
+            pass  # not whole: traced and kept again below
     concrete = traced.get_concrete_function()
     handles = {id(v.value.handle): i for i, v in enumerate(model.variables)}
     captured = [handles.get(id(tensor)) for tensor in concrete.captured_inputs]
@@ -181,19 +183,25 @@ def kept(folder, model, loop, settings, traced):
         return traced, False
     library = function_pb2.FunctionDefLibrary()
     library.function.extend(concrete.graph.as_graph_def().library.function)
-    library.function.append(concrete.function_def)  # the loop's own function, last
+    library.function.append(concrete.function_def)
     meta = {"variables": captured, "loop": concrete.function_def.signature.name}
-    with atomic_write(path) as tmp, open(tmp, "wb") as f:  # a line of JSON, then the functions
-        f.write(json.dumps(meta).encode() + b"\n" + library.SerializeToString())
-    return traced, False
+    if path:
+        with atomic_write(path) as tmp, open(tmp, "wb") as f:  # a line of JSON, then the functions
+            f.write(json.dumps(meta).encode() + b"\n" + library.SerializeToString())
+    return call(model, meta, library), False
 
 
-def call_kept(model, meta, library):
-    """A function of (source, max_len, min_len) that calls the kept graph library (its function
+def call(model, meta, library):
+    """A function of (source, max_len, min_len) that calls the graph library (its function
     meta["loop"]) on model's variables (meta["variables"]: their indices in model.variables, in the
     order the graph takes them). Its functions are given names of their own (from a digest of the
-    library), so that they never meet a function this process traced under the same name."""
+    library), so that they never meet a function this process traced under the same name.
+
+    TensorFlow optimizes a graph (Grappler) before its first run: once over, not twice as by
+    default, which took a decoding loop's second round for a few nodes; the loops run as fast after
+    either (docs/speed.md)."""
     import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context
 
     suffix = "_kept_" + hashlib.sha256(library.SerializeToString(deterministic=True)).hexdigest()[:16]
@@ -206,11 +214,14 @@ def call_kept(model, meta, library):
     loop = next(f for f in library.function if f.signature.name == meta["loop"])
     out_types = [arg.type for arg in loop.signature.output_arg]
     handles = [model.variables[i].value.handle for i in meta["variables"]]
+    config = config_pb2.ConfigProto.FromString(ctx.function_call_options.config_proto_serialized)
+    config.graph_options.rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    config = config.SerializeToString()
 
     def run(source, max_len, min_len):
         args = [tf.convert_to_tensor(a, tf.int32) for a in (source, max_len, min_len)]
-        outputs = tf.raw_ops.StatefulPartitionedCall(args=args + handles, Tout=out_types, f=names[loop.signature.name])
-        return tuple(outputs)
+        return tuple(tf.raw_ops.StatefulPartitionedCall(args=args + handles, Tout=out_types, config_proto=config,
+                                                        f=names[loop.signature.name]))
 
     return run
 
