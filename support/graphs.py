@@ -176,19 +176,31 @@ def kept(folder, model, loop, settings, traced):
             return call(model, meta, library), True
         except (OSError, ValueError, KeyError, StopIteration, DecodeError, tf.errors.OpError):
             pass  # not whole: traced and kept again below
-    concrete = traced.get_concrete_function()
-    handles = {id(v.value.handle): i for i, v in enumerate(model.variables)}
-    captured = [handles.get(id(tensor)) for tensor in concrete.captured_inputs]
-    if None in captured:  # the graph holds a value that is not one of the model's variables: not kept
+    traced_graph = library_of(model, traced)
+    if traced_graph is None:  # the graph holds a value that is not one of the model's variables: not kept
         return traced, False
-    library = function_pb2.FunctionDefLibrary()
-    library.function.extend(concrete.graph.as_graph_def().library.function)
-    library.function.append(concrete.function_def)
-    meta = {"variables": captured, "loop": concrete.function_def.signature.name}
+    meta, library = traced_graph
     if path:
         with atomic_write(path) as tmp, open(tmp, "wb") as f:  # a line of JSON, then the functions
             f.write(json.dumps(meta).encode() + b"\n" + library.SerializeToString())
     return call(model, meta, library), False
+
+
+def library_of(model, traced):
+    """The graph of traced (a tf.function of model's, traced now if not yet) as `call` takes it:
+    (meta, its functions as a FunctionDefLibrary), or None where the graph holds a value that is not
+    one of model's variables."""
+    from tensorflow.core.framework import function_pb2
+
+    concrete = traced.get_concrete_function()
+    handles = {id(v.value.handle): i for i, v in enumerate(model.variables)}
+    captured = [handles.get(id(tensor)) for tensor in concrete.captured_inputs]
+    if None in captured:
+        return None
+    library = function_pb2.FunctionDefLibrary()
+    library.function.extend(concrete.graph.as_graph_def().library.function)
+    library.function.append(concrete.function_def)
+    return {"variables": captured, "loop": concrete.function_def.signature.name}, library
 
 
 def call(model, meta, library):
@@ -202,7 +214,7 @@ def call(model, meta, library):
     either (docs/speed.md)."""
     import tensorflow as tf
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context, execute
 
     suffix = "_kept_" + hashlib.sha256(library.SerializeToString(deterministic=True)).hexdigest()[:16]
     names = {f.signature.name: f.signature.name + suffix for f in library.function}
@@ -212,16 +224,20 @@ def call(model, meta, library):
         if not ctx.has_function(renamed.signature.name):
             ctx.add_function_def(renamed)
     loop = next(f for f in library.function if f.signature.name == meta["loop"])
-    out_types = [arg.type for arg in loop.signature.output_arg]
+    outputs = len(loop.signature.output_arg)
     handles = [model.variables[i].value.handle for i in meta["variables"]]
-    config = config_pb2.ConfigProto.FromString(ctx.function_call_options.config_proto_serialized)
+    attrs = ctx.function_call_options.as_attrs()  # as a tf.function calls its graph, but for one setting
+    config = config_pb2.ConfigProto.FromString(attrs["config_proto"])
     config.graph_options.rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
-    config = config.SerializeToString()
+    attrs = ("executor_type", attrs["executor_type"], "config_proto", config.SerializeToString())
 
     def run(source, max_len, min_len):
+        # the function run as an op of its own, as a tf.function's is: TensorFlow then knows the
+        # variables' shapes as it optimizes it (through StatefulPartitionedCall it does not, and a
+        # bfloat16 model's graph came out otherwise: a few sentences decoded differently)
         args = [tf.convert_to_tensor(a, tf.int32) for a in (source, max_len, min_len)]
-        return tuple(tf.raw_ops.StatefulPartitionedCall(args=args + handles, Tout=out_types, config_proto=config,
-                                                        f=names[loop.signature.name]))
+        return tuple(execute.execute(names[loop.signature.name], num_outputs=outputs, inputs=args + handles,
+                                     attrs=attrs, ctx=ctx))
 
     return run
 

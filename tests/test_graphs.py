@@ -120,3 +120,20 @@ def test_a_broken_kept_file_is_traced_again_and_written_whole(copy_model, tmp_pa
     third = transformer.rebuild(m, "fast")
     np.testing.assert_array_equal(decoding.greedy_decode(third, x), want)
     assert decoding.compiled(third, decoding.greedy_loop).read == [True]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_a_loop_called_through_graphs_computes_what_its_tf_function_computes(copy_model, dtype):
+    """support.graphs.call runs a traced loop as the tf.function it was traced as runs it, to the
+    same bits, in float32 and in mixed bfloat16 (where a graph optimized otherwise rounds otherwise):
+    greedy and beam search, ids and scores."""
+    x, _, _ = copy_model[1](24)
+    m = transformer.rebuild(copy_model[0], "fast", xla_decoding=False, dtype=dtype)
+    searches(m, x)  # traced, each loop, for its settings
+    max_len = decoding.default_max_len(m, x.shape[1])
+    for loop in (decoding.greedy_loop, decoding.beam_loop):
+        (traced,) = decoding.compiled(m, loop).graphs.values()
+        want = [t.numpy() for t in traced(x, max_len, 0)]
+        got = [t.numpy() for t in graphs.call(m, *graphs.library_of(m, traced))(x, max_len, 0)]
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
