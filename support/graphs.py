@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
-def library(filename):
+def from_a_library(filename):
     """Whether code from this file is a library's (an installed package or Python's own), whose
     version stands for its code in the key; anything else (the project, a test, a notebook's
     cell) counts by its code."""
@@ -46,7 +46,7 @@ def user_class(cls):
     module = sys.modules.get(cls.__module__)
     if module is None or module.__name__ in sys.builtin_module_names:
         return False
-    return not library(getattr(module, "__file__", None) or "<notebook>")
+    return not from_a_library(getattr(module, "__file__", None) or "<notebook>")
 
 
 def code_digest(*roots):
@@ -70,7 +70,7 @@ def code_digest(*roots):
                 queue.append(value)
         elif isinstance(value, types.FunctionType):
             h.update(f"function {value.__module__}.{value.__qualname__}".encode())
-            if not library(value.__code__.co_filename):
+            if not from_a_library(value.__code__.co_filename):
                 add_code(value.__code__)
                 for part in (value.__defaults__, value.__kwdefaults__, value.__dict__.get("__wrapped__")):
                     add(part)
