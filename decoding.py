@@ -401,7 +401,7 @@ def compiled(model, fn, static=()):
             import tensorflow as tf
             loop = fn in (greedy_loop, beam_loop)
             if loop and one_graph_loops(model):
-                bound = one_graph(functools.partial(bound, shrink=True), model, fn)
+                bound = one_graph(model, fn)
             else:
                 bound = tf.function(bound, jit_compile=loop, reduce_retracing=not loop, autograph=False)
                 tf.get_logger().addFilter(expected_retracing)  # once: a logger keeps one copy of a filter
@@ -411,10 +411,10 @@ def compiled(model, fn, static=()):
     return cache[fn]
 
 
-def one_graph(loop, model, fn):
-    """A decoding loop, loop(source, max_len, min_len, **rest) (`greedy_loop`, `beam_loop`, given
-    shrink; fn, the loop's function, of model), as one TensorFlow graph that takes every batch shape
-    and output length: source (N, T1) of any shape and max_len as tensors, traced once for each value
+def one_graph(model, fn):
+    """A decoding loop of model's, fn(model, source, max_len, min_len, **rest) (`greedy_loop`,
+    `beam_loop`, its batch shrinking), as one TensorFlow graph that takes every batch shape and
+    output length: source (N, T1) of any shape and max_len as tensors, traced once for each value
     of the rest (the beam's size, alpha, stop). Where model.graph_folder names a folder, a graph that
     any process traced there for the same model, code and settings is read instead
     (support.graphs.kept, which also calls it)."""
@@ -428,8 +428,9 @@ def one_graph(loop, model, fn):
     def run(source, max_len, min_len, **rest):
         key = tuple(sorted(rest.items()))
         if key not in calls:
-            graphs[key] = tf.function(functools.partial(loop, **rest), input_signature=signature, autograph=False)
-            calls[key], found = kept_graphs.kept(model.graph_folder, model, fn, rest, graphs[key])
+            loop = functools.partial(fn, model, shrink=True, **rest)
+            graphs[key] = tf.function(loop, input_signature=signature, autograph=False)
+            calls[key], found = kept_graphs.kept(model, fn, rest, graphs[key])
             read.append(found)
         return calls[key](source, max_len, min_len)
 

@@ -155,10 +155,10 @@ def key(model, loop, settings):
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def kept(folder, model, loop, settings, traced):
-    """The loop as one graph: read from folder (None: none) if a process kept it there under its key,
-    else traced now (traced: its tf.function, of source, max_len and min_len) and kept there. Either
-    way it is called as `call` says.
+def kept(model, loop, settings, traced):
+    """The loop as one graph: read from model.graph_folder (None: none) if a process kept it there
+    under its key, else traced now (traced: its tf.function, of source, max_len and min_len) and kept
+    there. Either way it is called as `call` says.
 
     Returns:
       (a function of source, max_len and min_len as traced's, whether it was read from folder).
@@ -167,6 +167,7 @@ def kept(folder, model, loop, settings, traced):
     from google.protobuf.message import DecodeError
     from tensorflow.core.framework import function_pb2
 
+    folder = model.graph_folder
     path = os.path.join(folder, f"{loop.__name__}-{key(model, loop, settings)}.pb") if folder else None
     if path and os.path.exists(path):
         try:
@@ -209,9 +210,9 @@ def call(model, meta, library):
     order the graph takes them). Its functions are given names of their own (from a digest of the
     library), so that they never meet a function this process traced under the same name.
 
-    TensorFlow optimizes a graph (Grappler) before its first run: once over, not twice as by
-    default, which took a decoding loop's second round for a few nodes; the loops run as fast after
-    either (docs/speed.md)."""
+    TensorFlow optimizes a graph (Grappler) before its first run: here in one round, not the
+    default two, whose second changed a few nodes of a decoding loop at a cost in time; the loops
+    run as fast after either (docs/speed.md)."""
     import tensorflow as tf
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context, execute
