@@ -96,6 +96,9 @@ VARIANTS = {
     "paper_length_penalty": ([], ["--alpha", "0.6"], "the paper's length penalty (6.1: alpha 0.6) instead of the "
                                                      "preset's 1.4, chosen on dev"),
     "beam_8": ([], ["--beam_size", "8"], "twice the beam"),
+    "beam_stop_finished": ([], ["--beam_stop", "finished"], "beam search ends a sentence once beam_size hypotheses "
+                                                            "have ended (CTranslate2's and fairseq's rule: fewer "
+                                                            "steps) instead of once no open one can beat the best"),
 }
 BASELINE = "preset"
 # preset: (settings every run of its table trains with before its row's own, why): the recipe the
@@ -359,8 +362,7 @@ def recipe_verdict(row, base):
     seeds = min(row["seeds"], base["seeds"], len(row["paired"]))
     if seeds < MIN_SEEDS:
         return f"{seeds} seed{'s' if seeds > 1 else ''} a side: the target needs {MIN_SEEDS}"
-    # the mean difference less one standard error of the differences seed by seed
-    low = statistics.mean(row["paired"]) - statistics.stdev(row["paired"]) / math.sqrt(len(row["paired"]))
+    low = row["low"]
     fast, close = row["ratio"] <= TARGET_RATIO, min(row["difference"], low) >= -TARGET_BLEU
     if fast and close:
         return "meets the target"
@@ -393,6 +395,9 @@ def summarize(results, table="ablations"):
         # beam BLEU minus the preset's, seed by seed (the seeds both have; by position where unrecorded)
         row["paired"] = [s["beam"] - base_by_seed[seed] for i, s in enumerate(results[name])
                          if (seed := s.get("seed", i)) in base_by_seed]
+        # the mean difference less one standard error of the differences seed by seed
+        row["low"] = (statistics.mean(row["paired"]) - statistics.stdev(row["paired"]) / math.sqrt(len(row["paired"]))
+                      if len(row["paired"]) > 1 else None)
         row["margin"] = 0.0 if name == BASELINE else margin(row["beams"], base["beams"])
         row["ratio"] = row["minutes"] / base["minutes"] if row["minutes"] and base["minutes"] else None
         row["verdict"] = ("the baseline" if name == BASELINE else recipe_verdict(row, base) if table == "recipes"
@@ -476,8 +481,8 @@ def write_record(path, rows, args, seeds, argv, unfinished):
     """The table's rows as a record: each row's settings, seeds, means, minutes, time ratio,
     difference and verdict, with where and when its runs trained."""
     variants = TABLES[args.table][0]
-    kept = ("seeds", "greedy", "beam", "sd", "loss", "minutes", "ratio", "difference", "verdict", "precision",
-            "commit", "date", "machine")
+    kept = ("seeds", "greedy", "beam", "sd", "loss", "minutes", "ratio", "difference", "paired", "low", "bootstrap",
+            "verdict", "precision", "commit", "date", "machine")
     figures = dict(table=args.table, preset=args.preset, seeds=seeds, unfinished=unfinished[0],
                    **(dict(target_ratio=TARGET_RATIO, target_bleu=TARGET_BLEU) if args.table == "recipes" else {}),
                    rows=[dict(name=name, what=what, settings=" ".join(train_args + eval_args),
