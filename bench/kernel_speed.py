@@ -31,7 +31,7 @@ import hyperparams  # noqa: E402
 from support.utils import run_cli, section  # noqa: E402
 
 TRAINING = ("projections", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
-DECODING = ("projections", "beam_cache")
+DECODING = ("projections", "beam_cache", "beam_top_k")
 
 
 def alternate(configs, run_once, rounds):
@@ -132,6 +132,9 @@ def main(argv=None):
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--measure", default=",".join(TRAINING),
                         help="the training kernels to measure alone and as the last one added")
+    parser.add_argument("--record", metavar="PATH", help="also write the figures as a record (support/records.py) "
+                                                         "to this JSON file: each configuration's seconds round by "
+                                                         "round and its speed-up over plain")
     args, hp = common.parse(parser, argv)
     hp = dataclasses.replace(hp, precision=args.precision, jit_compile="auto", strategy="one")
     import keras
@@ -178,6 +181,17 @@ def main(argv=None):
                            for c, (g, n) in last_gains.items() if c != "fast")
     line += f" adam_update={adam_gains['adam'][0]:.2f}/{adam_gains['adam'][1]}"
     line += " " + " ".join(f"beam_{c}={g:.2f}/{n}" for c, (g, n) in beam_gains.items() if c != "plain")
+    if args.record:
+        from support import records
+
+        def gains(found):  # {config: (median speed-up, rounds faster)} as named fields
+            return {c: dict(median=g, faster=n) for c, (g, n) in found.items()}
+
+        figures = dict(rounds=args.rounds, steps=args.steps, sentences=args.sentences, beam_size=args.beam_size,
+                       noise=noise, train_seconds=train_times, beam_seconds=beam_times, train=gains(train_gains),
+                       last=gains(last_gains), adam=gains(adam_gains), beam=gains(beam_gains))
+        records.write(args.record, records.make("kernel_speed", figures, args.precision))
+        print(f"wrote the figures to {args.record}")
     print(line)
 
 

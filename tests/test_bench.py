@@ -1,4 +1,5 @@
 """The benchmarks run, print their summary lines, and measure what they say."""
+import json
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ from conftest import bench_module, run_script
 
 
 @pytest.mark.slow
-def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
+def test_benchmarks_run_and_end_with_their_summary_line(quick_start, tmp_path):
     prepro_dir = str(quick_start.prepro)
     train = run_script("bench/train_speed.py", "--preset", "sample", "--steps", "2", "--prepro_dir", prepro_dir,
                        "--yardsticks", "none", "--d_ff", "96")
@@ -27,10 +28,16 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start):
     assert "exactly 5 output tokens" in decode.stdout
     # one block a side: the bench builds and traces four models, which is most of its time here
     kernels = run_script("bench/kernel_speed.py", "--preset", "sample", "--steps", "2", "--rounds", "1",
-                         "--measure", "dropout", "--sentences", "8", "--num_blocks", "1", "--prepro_dir", prepro_dir)
+                         "--measure", "dropout", "--sentences", "8", "--num_blocks", "1", "--prepro_dir", prepro_dir,
+                         "--record", str(tmp_path / "kernels.json"))
     assert kernels.returncode == 0, kernels.stderr[-2000:]
+    record = json.loads((tmp_path / "kernels.json").read_text())
+    assert record["kind"] == "kernel_speed" and set(record["figures"]["beam"]) == {
+        "plain", "projections", "beam_cache", "beam_top_k"}
+    assert all(len(t) == 1 for t in record["figures"]["beam_seconds"].values())  # one counted round
     assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
-                        r"adam_update=[\d.]+/[01] beam_projections=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]",
+                        r"adam_update=[\d.]+/[01] beam_projections=[\d.]+/[01] beam_beam_cache=[\d.]+/[01] "
+                        r"beam_beam_top_k=[\d.]+/[01]",
                         kernels.stdout.strip().splitlines()[-1])
     sampling = run_script("bench/sampling_speed.py", "--prepro_dir", prepro_dir, "--epochs", "1")
     assert sampling.returncode == 0, sampling.stderr[-2000:]
