@@ -31,7 +31,7 @@ import hyperparams  # noqa: E402
 from support.utils import run_cli, section  # noqa: E402
 
 TRAINING = ("projections", "feed_forward", "dropout", "layer_norm", "cross_entropy", "adam")
-DECODING = ("projections", "beam_cache", "beam_top_k")
+DECODING = ("projections", "beam_cache")
 
 
 def alternate(configs, run_once, rounds):

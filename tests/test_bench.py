@@ -32,12 +32,10 @@ def test_benchmarks_run_and_end_with_their_summary_line(quick_start, tmp_path):
                          "--record", str(tmp_path / "kernels.json"))
     assert kernels.returncode == 0, kernels.stderr[-2000:]
     record = json.loads((tmp_path / "kernels.json").read_text())
-    assert record["kind"] == "kernel_speed" and set(record["figures"]["beam"]) == {
-        "plain", "projections", "beam_cache", "beam_top_k"}
+    assert record["kind"] == "kernel_speed" and set(record["figures"]["beam"]) == {"plain", "projections", "beam_cache"}
     assert all(len(t) == 1 for t in record["figures"]["beam_seconds"].values())  # one counted round
     assert re.fullmatch(r"kernel_speed noise=[\d.]+ dropout=[\d.]+/[01] fast=[\d.]+/[01] last_dropout=[\d.]+/[01] "
-                        r"adam_update=[\d.]+/[01] beam_projections=[\d.]+/[01] beam_beam_cache=[\d.]+/[01] "
-                        r"beam_beam_top_k=[\d.]+/[01]",
+                        r"adam_update=[\d.]+/[01] beam_projections=[\d.]+/[01] beam_beam_cache=[\d.]+/[01]",
                         kernels.stdout.strip().splitlines()[-1])
     sampling = run_script("bench/sampling_speed.py", "--prepro_dir", prepro_dir, "--epochs", "1")
     assert sampling.returncode == 0, sampling.stderr[-2000:]
