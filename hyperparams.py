@@ -221,7 +221,8 @@ PRESETS = {
     # attention dropout, weight decay and decoding were chosen on val (docs/archive/results-to-2026-12-05.md,
     # "Levers for the multi30k preset"); its training too, 12 epochs at a rate of 2e-3 falling
     # linearly to 0 (docs/recipes.md, the recipe linear_12: the dev BLEU of the 20 epochs with the
-    # last five averaged it replaced, in about 0.6 of their time).
+    # last five averaged it replaced, in about 0.6 of their time); and its beam search's stopping rule,
+    # CTranslate2's (docs/results.md, "How the presets were chosen": as good on dev, fewer steps).
     "multi30k": dict(
         data_dir="data/multi30k",
         prepro_dir="prepro/multi30k",
@@ -246,6 +247,7 @@ PRESETS = {
         eval_sentences=0,
         beam_size=4,
         alpha=1.4,
+        beam_stop="finished",
     ),
     # The reference's 2019 experiment at a 2-core CPU's size: the multi30k preset's data and model size,
     # and every other value of the iwslt2016 preset below (the reference's training as it was: its
