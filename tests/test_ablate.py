@@ -146,21 +146,23 @@ def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tm
     assert script == "train.py"
     assert args[args.index("--seed") + 2:] == [*RECIPES_BASE["multi30k"][0], *RECIPES["linear_8"][0],
                                                "--precision", "float32"]
-    # the preset is now the recipe linear_12, and its old recipe is the recipes table's preset row
+    # the preset is now the recipe linear_12 (the tables decode with the stopping rule it had then), and
+    # its old recipe is the recipes table's preset row
     _, _, command = ablate.run_command("multi30k", "linear_12", 1, "runs", [], "recipes")
-    assert set(hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))) \
-        == {"logdir", "seed"}
+    assert hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k")).keys() \
+        == {"logdir", "seed", "beam_stop"}
     _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "recipes")
     old = hyperparams.parse_args("t", command)[0]
     assert (old.num_epochs, old.average_last, old.lr_decay, old.lr) == (20, 5, "rsqrt", 1e-3)
-    # the current table: the preset as it is, and a row's own settings on top of it
+    # the current table: the preset as it is but for the stopping rule its runs were decoded with, and a
+    # row's own settings on top of it
     _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "current")
-    assert set(hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))) \
-        == {"logdir", "seed"}
+    differ = hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))
+    assert differ.keys() == {"logdir", "seed", "beam_stop"} and differ["beam_stop"] == ("bound", "finished")
     logdir, name, command = ablate.run_command("multi30k", "pre_norm", 2, "runs", [], "current")
     assert (logdir, name) == (os.path.join("runs", "pre_norm", "seed2"), "pre_norm/seed2")
     changes = hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))
-    assert set(changes) == {"logdir", "seed", "norm"} and changes["norm"][0] == "pre"
+    assert set(changes) == {"logdir", "seed", "beam_stop", "norm"} and changes["norm"][0] == "pre"
 
 
 def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypatch, tmp_path):
