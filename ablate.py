@@ -24,11 +24,14 @@ stopped (train.py resumes from its checkpoints), and each run's scores are kept 
 (ablation.json), so the command can be stopped and started again at any point. They are kept in a
 ledger beside the table too (<table>.json unless --ledger names another file, e.g.
 docs/ablations.json, with the machine, date, commit and settings of each run): a run recorded there
-is not trained again, so one table can be finished over several sessions or machines, unless its
-settings are no longer its row's (the preset changed, say): then it trains again, and a finished
-run folder of other settings is refused rather than counted. A row that decodes the preset's runs
-another way needs those runs' checkpoints, and trains them again where they are not on this
-machine. Settings after the options (`--name value`) apply to every run (the dry run
+is not trained again, so one table can be finished over several sessions or machines, unless what
+it trained is no longer its row's (the preset's training changed, say): then it trains again, and a
+finished run folder of other settings is refused rather than counted. Settings that only decode
+(DECODING_ONLY: the beam, its length penalty and stopping rule, the weights averaged) are not
+training: a run's figures are kept under the decoding they were made with, and a run decoded
+otherwise than its row now decodes (a row that decodes the preset's runs another way, or the
+preset's new beam search) is decoded again from its checkpoints, or trained again where they are not
+on this machine. Settings after the options (`--name value`) apply to every run (the dry run
 above trains one epoch). Everything is measured on dev: the table is for choosing, and test figures
 are not computed here. The table's document is rewritten down to its first `## ` heading; sections
 from there on are the document's own (written by hand) and are kept.
@@ -103,10 +106,10 @@ VARIANTS = {
 BASELINE = "preset"
 # preset: (settings every run of its table trains with before its row's own, why): the recipe the
 # table measures, where the preset has moved on since the table was begun.
-# The tables' runs decoded with the exact stopping rule, which the preset had then (it has since taken
-# --beam_stop finished): pinned, so that they stay their rows' runs.
-EXACT_STOP = ["--beam_stop", "bound"]
-OLD_MULTI30K = ["--lr_decay", "rsqrt", "--lr", "1e-3", "--warmup_steps", "1200", "--dropout_rate", "0.15", *EXACT_STOP]
+# The recipe includes the decoding of its day: the exact stopping rule (the preset has since taken
+# --beam_stop finished), so that the tables' figures stay those of the runs they were decoded from.
+OLD_MULTI30K = ["--lr_decay", "rsqrt", "--lr", "1e-3", "--warmup_steps", "1200", "--dropout_rate", "0.15",
+                "--beam_stop", "bound"]
 TABLE_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "12", "--average_last", "1"],
                            "the preset's recipe and stopping rule when the table was measured; it has since taken "
                            "the row longer_averaged, then the recipe linear_12 of docs/recipes.md and the rule "
@@ -154,8 +157,6 @@ RECIPES = {
 RECIPES_BASE = {"multi30k": ([*OLD_MULTI30K, "--num_epochs", "20", "--average_last", "5"],
                              "the preset's recipe and stopping rule before the search; it has since taken the "
                              "recipe linear_12 and the rule finished")}
-CURRENT_BASE = {"multi30k": (EXACT_STOP, "the stopping rule the table's runs were decoded with; the preset has since "
-                                         "taken the rule finished, chosen by the row beam_stop_finished")}
 TARGET_RATIO, TARGET_BLEU = 0.40, 0.3
 TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0%} of the preset's minutes and "
           f"its mean dev beam BLEU, less one standard error of its seed-by-seed differences to the preset's, is at "
@@ -166,7 +167,7 @@ TARGET = (f"a recipe meets the target when it trains in at most {TARGET_RATIO:.0
 # the seeds each row trains by default (the runs go to log/<table>/<preset>).
 # "current": the ablation rows against the preset as it is, no older recipe first (docs/ablations-current.md).
 TABLES = {"ablations": (VARIANTS, TABLE_BASE, "1,2"), "recipes": (RECIPES, RECIPES_BASE, "1,2,3"),
-          "current": (VARIANTS, CURRENT_BASE, "1,2")}
+          "current": (VARIANTS, {}, "1,2")}
 
 
 def run_script(script, args):
@@ -203,33 +204,40 @@ def seed_list(option, text):
 
 
 def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table="ablations"):
-    """Train (or resume) one run of a table's row and score it on dev; its figures, kept in
-    <run>/ablation.json and in the ledger (a run recorded there, trained in another session or on
-    another machine, is not trained again). With report_only, a run that has not finished training
-    is left alone (None)."""
+    """Train (or resume) one run of a table's row and score it on dev, decoded as the row decodes
+    (decoding_key); its figures, kept in <run>/ablation.json and in the ledger (a run recorded there,
+    trained in another session or on another machine, is not trained again; where it was decoded
+    otherwise, it is decoded again from its checkpoints here, or trained again where they are not).
+    With report_only, a run that has not finished training is left alone (None)."""
     train_args, eval_args, _ = TABLES[table][0][variant]
     logdir, name, command = run_command(preset, variant, seed, runs, extra, table)
     wanted = run_settings(hyperparams.parse_args("", command)[0])
-    key = " ".join(eval_args) or "as trained"
+    key, preset_key = decoding_key(wanted, eval_args), decoding_key(wanted)  # the row's decoding, the preset's
     scores_path = os.path.join(logdir, "ablation.json")
     scores = {}
     if os.path.exists(scores_path):
         with open(scores_path, encoding="utf-8") as f:
             scores = json.load(f)
     history = trained(logdir)
-    if history is not None and (changed := differences(run_settings(hyperparams.load_hparams(logdir)), wanted)):
-        raise UserError(f"{logdir} trained other settings than {name} trains now ({changed}): move that folder "
-                        f"away (or give another --runs) to train it again")
+    if history is not None:
+        had = run_settings(hyperparams.load_hparams(logdir))
+        if changed := differences(had, wanted):
+            raise UserError(f"{logdir} trained other settings than {name} trains now ({changed}): move that folder "
+                            f"away (or give another --runs) to train it again")
+        scores["evals"] = keyed_by_decoding(scores.get("evals", {}), had)
     recorded = ledger["runs"].get(name)
     if history is None and recorded and recorded.get("preset") == preset:
         if "hparams" in recorded:
             changed = differences(recorded["hparams"], wanted)
         else:  # an entry from before the ledger kept a run's settings: only those given to every run compared
             changed = "" if recorded.get("settings") == extra else "the settings given to every run"
-        if not changed and key in recorded["evals"]:  # its figures as recorded; its checkpoints are elsewhere
-            return figures(recorded, key, train_args or variant == BASELINE)
-        if changed and not report_only:
-            print(f"{name}: the ledger's run trained other settings ({changed}): training it again", flush=True)
+        evals = keyed_by_decoding(recorded["evals"], recorded.get("hparams", wanted))
+        if not changed and key in evals:  # its figures as recorded; its checkpoints are elsewhere
+            return figures(dict(recorded, evals=evals), key, train_args or variant == BASELINE)
+        if not report_only:
+            why = (f"trained other settings ({changed})" if changed else
+                   f"was decoded otherwise ({', '.join(evals)}), and its checkpoints are not in {logdir}")
+            print(f"{name}: the ledger's run {why}: training it again", flush=True)
     if history is None:
         if report_only:
             return None
@@ -242,15 +250,15 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
         scores = {k: scores[k] for k in ("precision", "commit", "date", "machine", "machine_fields") if k in scores}
     evals = scores.setdefault("evals", {})  # {eval.py's settings: what it measured with them}
     if key not in evals:
-        out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args])
+        out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *key.split()])
         evals[key] = dict(beam=found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir),
                           loss=found(out, r"loss dev ([\d.]+)", logdir),
                           hypotheses=re.search(r"in the reference's layout, (.+)$", out, re.M).group(1).strip())
         if "--average_last" in eval_args:  # weights other than the last epoch's: their own greedy BLEU
-            out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *eval_args, "--beam_size", "1"])
+            out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *key.split(), "--beam_size", "1"])
             evals[key]["greedy"] = found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir)
-        if variant != BASELINE and not train_args and "as trained" in evals:
-            evals[key]["bootstrap"] = bootstrap(logdir, evals["as trained"]["hypotheses"], evals[key]["hypotheses"])
+        if key != preset_key and preset_key in evals:  # the same run decoded as the preset decodes
+            evals[key]["bootstrap"] = bootstrap(logdir, evals[preset_key]["hypotheses"], evals[key]["hypotheses"])
     last = history[-1]
     scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
@@ -278,11 +286,41 @@ def run_settings(hp):
     return json.loads(json.dumps(settings))  # as the ledger keeps them
 
 
+# Settings that change only how a trained run is decoded, not what it trains (average_last trains too
+# where --average_every is set: train.py keeps that many snapshots): a row that changes only these
+# decodes the preset's runs again, and a run's figures are kept under the decoding they were made with.
+DECODING_ONLY = ("beam_size", "alpha", "beam_stop", "average_last")
+
+
+def training(settings):
+    """Of run_settings, those that change what train.py trains: all but DECODING_ONLY's."""
+    return {k: v for k, v in settings.items()
+            if k not in DECODING_ONLY or (k == "average_last" and settings.get("average_every"))}
+
+
 def differences(had, wanted):
-    """The settings that differ between two run_settings, in words ("" when none):
+    """The settings two run_settings trained differently with, in words ("" when none):
     "--lr_decay rsqrt (now linear), ...". had may be older than a field: it counts as it was then."""
     had = run_settings(hyperparams.Hparams(**hyperparams.as_saved(had)))
-    return ", ".join(f"--{k} {was} (now {now})" for k, (was, now) in hyperparams.changed(had, wanted).items())
+    return ", ".join(f"--{k} {was} (now {now})"
+                     for k, (was, now) in hyperparams.changed(training(had), training(wanted)).items())
+
+
+def decoding_key(settings, eval_args=()):
+    """eval.py's options that decode a run of `settings` (run_settings) with a row's eval_args on
+    top, in DECODING_ONLY's order: the key a run's figures are kept under, e.g.
+    "--beam_size 4 --alpha 1.4 --beam_stop finished --average_last 1"."""
+    hp = hyperparams.Hparams(**hyperparams.as_saved(settings))
+    given = dict(zip(eval_args[::2], eval_args[1::2]))
+    values = {f: type(getattr(hp, f))(given.get(f"--{f}", getattr(hp, f))) for f in DECODING_ONLY}
+    return " ".join(f"--{f} {v:g}" if isinstance(v, float) else f"--{f} {v}" for f, v in values.items())
+
+
+def keyed_by_decoding(evals, settings):
+    """A run's evals ({key: figures}) keyed by decoding_key, for a run trained with `settings`: keys
+    written before, "as trained" (the run's own decoding) or only the options a row changed
+    ("--alpha 0"), name the same decoding in full."""
+    return {decoding_key(settings, [] if k == "as trained" else k.split()): v for k, v in evals.items()}
 
 
 def figures(scores, key, trains):
@@ -418,14 +456,17 @@ def summarize(results, table="ablations"):
 def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, unfinished=(0, 0), table="ablations"):
     """The table's document (docs/ablations.md, or the recipes'), where its picture and ledger are, and
     how the figures were made; unfinished: (runs left out as not finished (--report), runs asked for)."""
-    hp = hyperparams.preset(preset)
     variants, table_base, _ = TABLES[table]
+    hp = hyperparams.parse_args("", ["--preset", preset, *table_base.get(preset, ([],))[0]])[0]  # as the table decodes
+    beam = (f"beam {hp.beam_size}, alpha {hp.alpha:g}, ended " + ("once no open hypothesis can beat the best" if
+                                                                 hp.beam_stop == "bound" else
+                                                                 f"once {hp.beam_size} hypotheses have finished"))
 
     def each(key):  # one of the runs' provenance fields over every row
         return ", ".join(sorted({value for row in rows.values() for value in row[key]}))
 
     scores = (f"scores it on dev: sacreBLEU greedy (the BLEU after the last epoch) and with the preset's beam search "
-              f"(beam {hp.beam_size}, alpha {hp.alpha:g}, on the weights the run's --average_last says), and the "
+              f"({beam}, on the weights the run's --average_last says), and the "
               f"dev loss per target token, each the mean over the row's seeds (beam BLEU with its standard deviation)")
     base = (f" as the table measures it (`{' '.join(table_base[preset][0])}`: {table_base[preset][1]})"
             if preset in table_base else "")
@@ -440,17 +481,15 @@ def write_table(path, picture, ledger, rows, preset, seeds, more_seeds, argv, un
         intro = (f"Each row trains the {preset} preset{base} with a few settings changed, once per seed "
                  f"({', '.join(map(str, seeds))}"
                  + (f"; {', '.join(map(str, more_seeds))} too where the rule asks for more" if more_seeds else "")
-                 + f"), and scores the last epoch on dev: sacreBLEU greedy (the "
-                 f"BLEU after each epoch) and with the preset's beam search (beam {hp.beam_size}, alpha "
-                 f"{hp.alpha:g}), and the dev loss per target token, each the mean over the row's seeds (beam "
-                 f"BLEU with its standard deviation). A row with no training settings scores the preset's "
-                 f"own runs another way. The difference is the row's beam BLEU minus the preset's, with the "
-                 f"margin the rule needs. The rule: {RULE}. For a row that decodes the preset's own runs another "
-                 f"way, sacreBLEU's paired bootstrap of its dev translations against the preset's (p, seed by "
-                 f"seed: small means a difference chance rarely gives) is a second opinion. Minutes are the "
-                 f"wall time of training one seed, evaluation after each epoch included: they rise with "
-                 f"whatever else the machine runs meanwhile, so they are a guide to cost, not a speed "
-                 f"measurement (docs/speed.md measures speed, side by side).")
+                 + f"), and scores the last epoch on dev: sacreBLEU greedy (the BLEU after each epoch) and with the "
+                 f"preset's beam search ({beam}), and the dev loss per target token, each the mean over the row's seeds"
+                 f" (beam BLEU with its standard deviation). A row with no training settings scores the preset's own "
+                 f"runs another way. The difference is the row's beam BLEU minus the preset's, with the margin the rule"
+                 f" needs. The rule: {RULE}. For a row that decodes the preset's own runs another way, sacreBLEU's "
+                 f"paired bootstrap of its dev translations against the preset's (p, seed by seed: small means a "
+                 f"difference chance rarely gives) is a second opinion. Minutes are the wall time of training one seed,"
+                 f" evaluation after each epoch included: they rise with whatever else the machine runs meanwhile, so "
+                 f"they are a guide to cost, not a speed measurement (docs/speed.md measures speed, side by side).")
         columns = "difference (± margin) | verdict | paired bootstrap p"
     title = (f"Shorter recipes for the {preset} preset" if table == "recipes" else f"Ablations of the {preset} preset"
              + (" as it is now" if table == "current" else ""))

@@ -47,8 +47,9 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
                      r"(float32|mixed_bfloat16); each run's figures, with its machine, date and commit, are in "
                      r"\[ablations\.json\]\(ablations\.json\)\.", text), text[:2000]
     scores = json.loads((interrupted / "ablation.json").read_text())
-    assert scores["epochs"] == 1 and "as trained" in scores["evals"]
-    assert set(scores["evals"]["as trained"]) == {"beam", "loss", "hypotheses"}  # each from eval.py
+    decoded = ablate.decoding_key(ablate.run_settings(hyperparams.load_hparams(str(interrupted))))  # the preset's
+    assert scores["epochs"] == 1 and list(scores["evals"]) == [decoded]
+    assert set(scores["evals"][decoded]) == {"beam", "loss", "hypotheses"}  # each from eval.py
     again = run_script("ablate.py", *common)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "train.py" not in again.stdout and "BLEU dev" not in again.stdout  # nothing trained or scored
@@ -59,9 +60,11 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     # machine, another session), and the table is the same
     ledger = json.loads((tmp_path / "ablations.json").read_text())
     assert sorted(ledger) == ["pre_norm/seed1", "preset/seed1"]
-    assert ledger["pre_norm/seed1"]["evals"] == {"as trained": {k: v for k, v in scores["evals"]["as trained"].items()
-                                                                if k != "hypotheses"}}
-    assert 0 < ledger["preset/seed1"]["evals"]["--alpha 0"]["bootstrap"] <= 1
+    assert ledger["pre_norm/seed1"]["evals"] == {decoded: {k: v for k, v in scores["evals"][decoded].items()
+                                                           if k != "hypotheses"}}
+    no_penalty = ablate.decoding_key(ledger["preset/seed1"]["hparams"], ["--alpha", "0"])
+    assert no_penalty == decoded.replace("--alpha 0.6", "--alpha 0")
+    assert 0 < ledger["preset/seed1"]["evals"][no_penalty]["bootstrap"] <= 1
     assert ledger["pre_norm/seed1"]["settings"] == [*EXTRA, "--prepro_dir", str(quick_start.prepro)]
     before = table.read_text(encoding="utf-8")
     shutil.rmtree(runs)
@@ -151,18 +154,20 @@ def test_a_run_trains_the_recipe_its_table_measures_then_its_row(monkeypatch, tm
     _, _, command = ablate.run_command("multi30k", "linear_12", 1, "runs", [], "recipes")
     assert hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k")).keys() \
         == {"logdir", "seed", "beam_stop"}
+    assert ablate.differences(ablate.run_settings(hyperparams.parse_args("t", command)[0]),
+                              ablate.run_settings(hyperparams.preset("multi30k", logdir="runs/linear_12/seed1",
+                                                                     seed=1))) == ""
     _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "recipes")
     old = hyperparams.parse_args("t", command)[0]
     assert (old.num_epochs, old.average_last, old.lr_decay, old.lr) == (20, 5, "rsqrt", 1e-3)
-    # the current table: the preset as it is but for the stopping rule its runs were decoded with, and a
-    # row's own settings on top of it
+    # the current table: the preset as it is, decoding included, and a row's own settings on top of it
     _, _, command = ablate.run_command("multi30k", "preset", 1, "runs", [], "current")
-    differ = hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))
-    assert differ.keys() == {"logdir", "seed", "beam_stop"} and differ["beam_stop"] == ("bound", "finished")
+    assert hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k")).keys() \
+        == {"logdir", "seed"}
     logdir, name, command = ablate.run_command("multi30k", "pre_norm", 2, "runs", [], "current")
     assert (logdir, name) == (os.path.join("runs", "pre_norm", "seed2"), "pre_norm/seed2")
     changes = hyperparams.changed(hyperparams.parse_args("t", command)[0], hyperparams.preset("multi30k"))
-    assert set(changes) == {"logdir", "seed", "beam_stop", "norm"} and changes["norm"][0] == "pre"
+    assert set(changes) == {"logdir", "seed", "norm"} and changes["norm"][0] == "pre"
 
 
 def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypatch, tmp_path):
@@ -195,6 +200,45 @@ def test_a_run_of_other_settings_than_its_row_is_not_counted_as_the_row(monkeypa
     with pytest.raises(Stop):
         ablate.measure("sample", "pre_norm", 2, runs, ["--num_epochs", "1"], ledger)
     assert calls.pop()[0] == "train.py"
+
+
+def test_a_run_decoded_otherwise_is_the_same_run_decoded_again(monkeypatch, tmp_path):
+    """Settings that only decode (the preset's new stopping rule, say) are not training: a finished run
+    folder of the old rule is decoded again with the row's whole decoding given to eval.py, not refused;
+    a ledger entry keyed the old way ("as trained", or only a row's own options) counts where it names
+    the row's decoding, and is trained again where it does not and its checkpoints are not here."""
+    calls = stop_scripts(monkeypatch)
+    runs, ledger = str(tmp_path / "runs"), dict(path=str(tmp_path / "ledger.json"), runs={})
+    logdir = os.path.join(runs, "pre_norm", "seed1")
+    hyperparams.save_hparams(hyperparams.preset("sample", norm="pre", num_epochs=1, seed=1, logdir=logdir,
+                                                beam_size=4, beam_stop="bound", alpha=1.0), logdir)
+    with open(os.path.join(logdir, "history.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(dict(epoch=1, dev_bleu=1.0, elapsed_seconds=60.0)) + "\n")
+    extra = ["--num_epochs", "1", "--beam_size", "4", "--beam_stop", "finished"]
+    assert ablate.differences(ablate.run_settings(hyperparams.load_hparams(logdir)), ablate.run_settings(
+        hyperparams.preset("sample", norm="pre", num_epochs=1, seed=1, beam_size=4))) == ""
+    with pytest.raises(Stop):
+        ablate.measure("sample", "pre_norm", 1, runs, extra, ledger)
+    script, args = calls.pop()
+    assert script == "eval.py" and args[args.index("--split") + 2:] == [
+        "--beam_size", "4", "--alpha", "0.6", "--beam_stop", "finished", "--average_last", "1"]
+    # the ledger, the run's folder elsewhere: figures recorded under the old key of the same decoding count
+    command = ["--preset", "sample", "--logdir", "x", "--seed", "2", "--norm", "pre", *extra]
+    settings = ablate.run_settings(hyperparams.parse_args("", command)[0])
+    figures = dict(greedy=1.0, epochs=1, minutes=1.0, evals={"as trained": dict(beam=2.0, loss=3.0)})
+    ledger["runs"]["pre_norm/seed2"] = dict(figures, preset="sample", settings=extra, hparams=settings)
+    assert ablate.measure("sample", "pre_norm", 2, runs, extra, ledger)["beam"] == 2.0
+    assert calls == []
+    # recorded with the exact rule: the same training, but no figures of the row's decoding, and no
+    # checkpoints here to decode again from
+    ledger["runs"]["pre_norm/seed2"]["hparams"] = dict(settings, beam_stop="bound")
+    assert ablate.measure("sample", "pre_norm", 2, runs, extra, ledger, report_only=True) is None
+    with pytest.raises(Stop):
+        ablate.measure("sample", "pre_norm", 2, runs, extra, ledger)
+    assert calls.pop()[0] == "train.py"
+    ledger["runs"]["pre_norm/seed2"]["evals"]["--beam_stop finished"] = dict(beam=4.0, loss=3.0)  # a row's key
+    assert ablate.measure("sample", "pre_norm", 2, runs, extra, ledger)["beam"] == 4.0
+    assert calls == []
 
 
 CPU = {"cpu": "a CPU", "class": "a CPU", "cores": 2, "bfloat16": True, "amx": False}  # a record's machine
@@ -328,9 +372,11 @@ def test_every_row_is_settings_that_train_and_eval_accept():
 
 def test_the_shipped_recipes_ledger_is_what_each_row_trains_today():
     """The recipes table's runs were trained before the preset took linear_12: RECIPES_BASE pins the
-    recipe they trained, so each run in docs/recipes.json is still its row's and is not trained
-    again; linear_12's runs are the current table's preset runs (docs/ablations-current.json); the old
-    ablation table's base is the same recipe at 12 epochs, its last epoch's weights."""
+    recipe they trained and the decoding they were scored with, so each run in docs/recipes.json is
+    still its row's, its figures those of its row's decoding, and nothing is trained or decoded again;
+    linear_12's runs are the current table's preset runs (docs/ablations-current.json: the same
+    training; the preset's stopping rule has changed since, so a new table decodes them again); the
+    old ablation table's base is the same recipe at 12 epochs, its last epoch's weights."""
     for path, table in (("recipes.json", "recipes"), ("ablations-current.json", "current")):
         ledger = json.loads(open(os.path.join(ROOT, "docs", path), encoding="utf-8").read())
         assert ledger
@@ -340,6 +386,9 @@ def test_the_shipped_recipes_ledger_is_what_each_row_trains_today():
             assert got == name
             wanted = ablate.run_settings(hyperparams.parse_args("", command)[0])
             assert ablate.differences(run["hparams"], wanted) == "", (path, name)
+            if table == "recipes":
+                key = ablate.decoding_key(wanted, RECIPES[row][1])
+                assert key in ablate.keyed_by_decoding(run["evals"], run["hparams"]), (name, key)
     old, recipes = (hyperparams.parse_args("", ["--preset", "multi30k", *base["multi30k"][0]])[0]
                     for base in (TABLE_BASE, RECIPES_BASE))
     assert hyperparams.changed(old, recipes) == {"num_epochs": (12, 20), "average_last": (1, 5)}
