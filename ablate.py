@@ -233,7 +233,7 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
             changed = "" if recorded.get("settings") == extra else "the settings given to every run"
         evals = keyed_by_decoding(recorded["evals"], recorded.get("hparams", wanted))
         if not changed and key in evals:  # its figures as recorded; its checkpoints are elsewhere
-            return figures(dict(recorded, evals=evals), key, train_args or variant == BASELINE)
+            return figures(dict(recorded, evals=evals), key, preset_key, train_args or variant == BASELINE)
         if not report_only:
             why = (f"trained other settings ({changed})" if changed else
                    f"was decoded otherwise ({', '.join(evals)}), and its checkpoints are not in {logdir}")
@@ -257,15 +257,18 @@ def measure(preset, variant, seed, runs, extra, ledger, report_only=False, table
         if "--average_last" in eval_args:  # weights other than the last epoch's: their own greedy BLEU
             out = run_script("eval.py", ["--logdir", logdir, "--split", "dev", *key.split(), "--beam_size", "1"])
             evals[key]["greedy"] = found(out, r"BLEU dev sacreBLEU = ([\d.]+)", logdir)
-        if key != preset_key and preset_key in evals:  # the same run decoded as the preset decodes
-            evals[key]["bootstrap"] = bootstrap(logdir, evals[preset_key]["hypotheses"], evals[key]["hypotheses"])
+    measured, preset_measured = evals[key], evals.get(preset_key, {})
+    if (not train_args and key != preset_key and measured.get("against") != preset_key  # against an older preset
+            and "hypotheses" in measured and "hypotheses" in preset_measured):
+        measured.update(bootstrap=bootstrap(logdir, preset_measured["hypotheses"], measured["hypotheses"]),
+                        against=preset_key)
     last = history[-1]
     scores.update(greedy=last["dev_bleu"], epochs=len(history), minutes=wall_seconds(history) / 60)
     write_text(scores_path, json.dumps(scores, indent=1) + "\n")
     ledger["runs"][name] = dict(scores, preset=preset, settings=extra, hparams=wanted,  # not its translations
                                 evals={k: {f: v for f, v in e.items() if f != "hypotheses"} for k, e in evals.items()})
     write_text(ledger["path"], json.dumps(ledger["runs"], indent=1, sort_keys=True) + "\n")
-    return figures(scores, key, train_args or variant == BASELINE)
+    return figures(scores, key, preset_key, train_args or variant == BASELINE)
 
 
 def run_command(preset, variant, seed, runs, extra, table):
@@ -319,17 +322,20 @@ def decoding_key(settings, eval_args=()):
 def keyed_by_decoding(evals, settings):
     """A run's evals ({key: figures}) keyed by decoding_key, for a run trained with `settings`: keys
     written before, "as trained" (the run's own decoding) or only the options a row changed
-    ("--alpha 0"), name the same decoding in full."""
-    return {decoding_key(settings, [] if k == "as trained" else k.split()): v for k, v in evals.items()}
+    ("--alpha 0"), name the same decoding in full; a paired bootstrap says which decoding it was
+    against ("against": then the run's own)."""
+    own = decoding_key(settings)
+    return {decoding_key(settings, [] if k == "as trained" else k.split()): {"against": own, **v} if "bootstrap" in v
+            else v for k, v in evals.items()}
 
 
-def figures(scores, key, trains):
+def figures(scores, key, preset_key, trains):
     """One run's figures for the table, as measured with eval.py's settings `key`; minutes only for a
-    row that trains."""
+    row that trains, the paired bootstrap only where it was against the preset's decoding (preset_key)."""
     measured = scores["evals"][key]
     return dict(scores, greedy=measured.get("greedy", scores["greedy"]), beam=measured["beam"],
                 loss=measured["loss"], minutes=scores["minutes"] if trains else None,
-                bootstrap=measured.get("bootstrap"))
+                bootstrap=measured.get("bootstrap") if measured.get("against") == preset_key else None)
 
 
 def read_ledger(path):

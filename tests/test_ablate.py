@@ -65,6 +65,7 @@ def test_ablate_resumes_skips_what_is_done_and_writes_the_table(quick_start, tmp
     no_penalty = ablate.decoding_key(ledger["preset/seed1"]["hparams"], ["--alpha", "0"])
     assert no_penalty == decoded.replace("--alpha 0.6", "--alpha 0")
     assert 0 < ledger["preset/seed1"]["evals"][no_penalty]["bootstrap"] <= 1
+    assert ledger["preset/seed1"]["evals"][no_penalty]["against"] == decoded
     assert ledger["pre_norm/seed1"]["settings"] == [*EXTRA, "--prepro_dir", str(quick_start.prepro)]
     before = table.read_text(encoding="utf-8")
     shutil.rmtree(runs)
@@ -238,6 +239,17 @@ def test_a_run_decoded_otherwise_is_the_same_run_decoded_again(monkeypatch, tmp_
     assert calls.pop()[0] == "train.py"
     ledger["runs"]["pre_norm/seed2"]["evals"]["--beam_stop finished"] = dict(beam=4.0, loss=3.0)  # a row's key
     assert ablate.measure("sample", "pre_norm", 2, runs, extra, ledger)["beam"] == 4.0
+    assert calls == []
+    # a paired bootstrap counts only against the preset's decoding as it is now: one recorded before
+    # "against" was kept was against the run's own decoding then (here the exact rule)
+    ledger["runs"]["preset/seed2"] = dict(figures, preset="sample", settings=extra, hparams=dict(
+        settings, beam_stop="bound", norm="post"), evals={"--beam_stop finished": dict(beam=4.0, loss=3.0),
+                                                         "--beam_stop finished --alpha 0": dict(beam=3.0, loss=3.0,
+                                                                                                bootstrap=0.5)})
+    assert ablate.measure("sample", "no_length_penalty", 2, runs, extra, ledger)["bootstrap"] is None
+    evals = ledger["runs"]["preset/seed2"]["evals"]
+    evals["--beam_stop finished --alpha 0"]["against"] = ablate.decoding_key(settings)
+    assert ablate.measure("sample", "no_length_penalty", 2, runs, extra, ledger)["bootstrap"] == 0.5
     assert calls == []
 
 
