@@ -37,7 +37,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                preset="preset", split="split", date="date", commit="commit", command="command", yes="yes", no="no",
                memory="peak memory (MB)", greedy="greedy", beam="beam {k}", search="search",
                ours_first="ours, first pass (s)", ours_again="ours, again (s)", ct2_first="CTranslate2, first (s)",
-               ct2_again="CTranslate2, again (s)", ratio_first="first: ours / CT2",
+               repeats="second passes each (median)", ct2_again="CTranslate2, again (s)",
+               ratio_first="first: ours / CT2",
                ratio_again="again: ours / CT2", alike="lines alike", of="of", record="record",
                cache="first pass's compile cache", cache_empty="empty", cache_run="the run's",
                batches="batches", shapes="shapes", padding="source padding",
@@ -54,7 +55,8 @@ WORDS = {  # the tables' words, for the English and the Chinese documents
                preset="预设", split="数据", date="日期", commit="提交", command="命令", yes="有", no="无",
                memory="内存峰值（MB）", greedy="贪心", beam="束 {k}", search="搜索",
                ours_first="本项目，首次（秒）", ours_again="本项目，再次（秒）", ct2_first="CTranslate2，首次（秒）",
-               ct2_again="CTranslate2，再次（秒）", ratio_first="首次：本项目 / CT2",
+               repeats="各自的再次次数（取中位数）", ct2_again="CTranslate2，再次（秒）",
+               ratio_first="首次：本项目 / CT2",
                ratio_again="再次：本项目 / CT2", alike="译文相同的行", of="/", record="记录",
                cache="首次的编译缓存", cache_empty="空", cache_run="该次训练的",
                batches="批数", shapes="形状数", padding="源端填充", row_steps="每个输出词元的行 × 步数",
@@ -151,13 +153,13 @@ def translate_speed(all_records, w):
             name = decoding(s, w)
             rows.append([name, r["machine"]["class"], flags(r, w), r["precision"], f["lines"], f["beam_stop"],
                          loops(f, w), w[f"cache_{f.get('cache', 'empty')}"], f"{s['ours_first_s']:.2f}",
-                         f"{s['ours_again_s']:.2f}",
+                         f.get("repeats", 1), f"{s['ours_again_s']:.2f}",
                          f"{s['ct2_first_s']:.2f}",
                          f"{s['ct2_again_s']:.2f}", f"{s['ours_first_s'] / s['ct2_first_s']:.2f}",
                          f"{s['ours_again_s'] / s['ct2_again_s']:.2f}", f"{s['lines_alike']} {w['of']} {f['lines']}",
                          r["date"], r["commit"], f"[{w['record']}](records/{r['file']})"])
     return table([w["search"], w["cpu"], w["bf16"], "precision", "lines", "--beam_stop", w["loops"], w["cache"],
-                  w["ours_first"],
+                  w["ours_first"], w["repeats"],
                   w["ours_again"], w["ct2_first"], w["ct2_again"], w["ratio_first"], w["ratio_again"], w["alike"],
                   w["date"], w["commit"], w["record"]], rows)
 

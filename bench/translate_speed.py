@@ -2,7 +2,9 @@
 translate.py runs (trained.runs.Translator), its first pass (tracing and compiling included) and a
 second pass over the same lines timed apart, and CTranslate2 on the same weights (export.py's
 conversion) and lines, first pass (loading the converted model included) and second pass, greedy and
-beam search; the ratio of the times on each row.
+beam search; the ratio of the times on each row. The second passes are --repeats of each (3),
+the port's and CTranslate2's alternating, so that the machine's drift reaches both alike; the table
+gives their medians, and each is printed and recorded.
 
     python bench/translate_speed.py --logdir log/multi30k --input prepro/multi30k/test.de
 
@@ -32,8 +34,10 @@ translate_speed greedy_first_vs_ct2=<x> greedy_steady_vs_ct2=<x> beam_first_vs_c
 (the port's time over CTranslate2's: below 1, the port is faster)
 """
 import argparse
+import contextlib
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -55,9 +59,11 @@ def read_lines(path):
     return lines
 
 
-def ctranslate2_passes(translator, lines, beam_size, threads):
-    """CTranslate2 on the run's weights: (first pass's seconds, the converted model loaded included;
-    second pass's seconds; translations)."""
+@contextlib.contextmanager
+def ctranslate2_engine(translator, lines, beam_size, threads):
+    """CTranslate2 on the run's weights (export.py's conversion, in a folder deleted after): yields a
+    function that translates the lines, (seconds, translations); its first call loads the converted
+    model, and its seconds include that."""
     ctranslate2 = optional("ctranslate2", "export")
     import data_load
     from trained.serving import write_ctranslate2
@@ -66,21 +72,47 @@ def ctranslate2_passes(translator, lines, beam_size, threads):
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     sources = [sp.encode(data_load.clean(line.strip()), out_type=str) for line in lines]  # cleaned as ours
     folder = tempfile.mkdtemp(prefix="ct2-")
+    engine = []
+
+    def translate():
+        start = time.perf_counter()
+        if not engine:
+            engine.append(ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1))
+        results = engine[0].translate_batch(sources, beam_size=beam_size, length_penalty=hp.alpha,
+                                            max_batch_size=hp.eval_tokens_per_batch, batch_type="tokens",
+                                            max_decoding_length=256)
+        outputs = [sp.decode(r.hypotheses[0]) if source else "" for r, source in zip(results, sources)]
+        return time.perf_counter() - start, outputs
+
     try:
         write_ctranslate2(translator.model, pieces, folder)
-        start = time.perf_counter()
-        engine = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1)
-        times, outputs = [], None
-        for _ in range(2):
-            results = engine.translate_batch(sources, beam_size=beam_size, length_penalty=hp.alpha,
-                                             max_batch_size=hp.eval_tokens_per_batch, batch_type="tokens",
-                                             max_decoding_length=256)
-            outputs = [sp.decode(r.hypotheses[0]) if source else "" for r, source in zip(results, sources)]
-            times.append(time.perf_counter() - start)
-            start = time.perf_counter()
+        yield translate
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return times[0], times[1], outputs
+
+
+def passes(translator, lines, beam_size, threads, repeats):
+    """The port's first pass over the lines, CTranslate2's (loading included), then `repeats` second
+    passes of each, alternating, so that a drift of the machine's speed reaches both alike: (the
+    port's seconds, first pass first; its seconds per batch, (rows, T1, seconds) each, for each pass;
+    CTranslate2's seconds, first pass first; the port's translations; CTranslate2's)."""
+    timed, batch_times, theirs_timed = [], [], []
+
+    def ours_pass():
+        batch_times.append([])
+        start = time.perf_counter()
+        out = translator.translate(lines, beam_size=beam_size, timings=batch_times[-1])
+        timed.append(time.perf_counter() - start)
+        return out
+
+    with ctranslate2_engine(translator, lines, beam_size, threads) as ctranslate2_pass:
+        ours = ours_pass()
+        seconds, theirs = ctranslate2_pass()
+        theirs_timed.append(seconds)
+        for _ in range(repeats):
+            ours_pass()
+            theirs_timed.append(ctranslate2_pass()[0])
+    return timed, batch_times, theirs_timed, ours, theirs
 
 
 def run_cache(logdir):
@@ -142,6 +174,9 @@ def main(argv=None):
     p.add_argument("--input", required=True, help="a text file, a sentence a line")
     p.add_argument("--beam_sizes", default="1,4", help="the searches to time, comma-separated (1: greedy)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CTranslate2's threads (default: every core)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="second passes of each search, the port's and CTranslate2's alternating; the table gives "
+                        "their medians (default 3)")
     p.add_argument("--record", metavar="PATH", help="also write the figures as a record (support/records.py) "
                                                     "to this JSON file; bench/tables.py draws tables from such files")
     p.add_argument("--cache", choices=("empty", "run"), default="empty",
@@ -158,6 +193,8 @@ def main(argv=None):
                    help="when the port's beam search ends a sentence (default: the run's; CTranslate2 ends it once "
                         "beam_size hypotheses have finished, as 'finished' does)")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats {args.repeats}: give 1 or more")
     try:
         beams = [int(b) for b in args.beam_sizes.split(",") if b.strip()]
     except ValueError:
@@ -184,16 +221,15 @@ def main(argv=None):
               + f"; beam search ends a sentence as --beam_stop {translator.hp.beam_stop} says")
         rows, summary, figures = [], {}, dict(logdir=args.logdir, input=args.input, lines=len(lines),
                                               beam_stop=translator.hp.beam_stop, threads=args.threads,
-                                              loops=loops, cache=args.cache, searches=[])
+                                              loops=loops, cache=args.cache, repeats=args.repeats, searches=[])
         for beam in beams:
-            timed, batch_times = [], []
-            for _ in range(2):
-                batch_times.append([])
-                start = time.perf_counter()
-                ours = translator.translate(lines, beam_size=beam, timings=batch_times[-1])
-                timed.append(time.perf_counter() - start)
+            timed, batch_times, theirs_timed, ours, theirs = passes(translator, lines, beam, args.threads, args.repeats)
+            first, again = timed[0], statistics.median(timed[1:])
+            steady = statistics.median(theirs_timed[1:])
             batched = batching(translator, lines, beam, ours)
-            batched["shapes_timed"] = shape_times(*batch_times)
+            batched["shapes_timed"] = shape_times(batch_times[0], [
+                (n, length, statistics.median(b[i][2] for b in batch_times[1:]))
+                for i, (n, length, _) in enumerate(batch_times[1])])
             print(f"{'greedy' if beam == 1 else f'beam {beam}'}: {batched['batches']} batches in {batched['shapes']} "
                   f"shapes (rows x source length), {batched['padding']:.0%} of their source tokens padding"
                   + (f"; rows x steps {batched['row_steps_per_token']:.2f} times the tokens written"
@@ -202,16 +238,20 @@ def main(argv=None):
                 print(f"  {s['rows']} x {s['length']}: {s['batches']} batch{'es' if s['batches'] > 1 else ''}, "
                       f"first pass {s['first_s']:.2f} s, again {s['again_s']:.2f} s, "
                       f"first pass's excess {s['first_s'] - s['again_s']:.2f} s")
-            first, steady, theirs = ctranslate2_passes(translator, lines, beam, args.threads)
             alike = sum(a == b for a, b in zip(ours, theirs))
             name = "greedy" if beam == 1 else f"beam {beam}"
-            rows.append(f"| {name} | {timed[0]:.2f} | {timed[1]:.2f} | {first:.2f} | {steady:.2f} | "
-                        f"{timed[0] / first:.2f} | {timed[1] / steady:.2f} | {alike} of {len(lines)} |")
-            figures["searches"].append(dict(beam_size=beam, ours_first_s=round(timed[0], 2),
-                                            ours_again_s=round(timed[1], 2), ct2_first_s=round(first, 2),
-                                            ct2_again_s=round(steady, 2), lines_alike=alike, **batched))
+            if args.repeats > 1:
+                print(f"  second passes, ours: {', '.join(f'{t:.2f}' for t in timed[1:])} s; CTranslate2's: "
+                      f"{', '.join(f'{t:.2f}' for t in theirs_timed[1:])} s (medians in the table)")
+            rows.append(f"| {name} | {first:.2f} | {again:.2f} | {theirs_timed[0]:.2f} | {steady:.2f} | "
+                        f"{first / theirs_timed[0]:.2f} | {again / steady:.2f} | {alike} of {len(lines)} |")
+            figures["searches"].append(dict(beam_size=beam, ours_first_s=round(first, 2), ours_again_s=round(again, 2),
+                                            ct2_first_s=round(theirs_timed[0], 2), ct2_again_s=round(steady, 2),
+                                            ours_again_each_s=[round(t, 2) for t in timed[1:]],
+                                            ct2_again_each_s=[round(t, 2) for t in theirs_timed[1:]],
+                                            lines_alike=alike, **batched))
             key = "greedy" if beam == 1 else "beam"
-            summary[f"{key}_first_vs_ct2"], summary[f"{key}_steady_vs_ct2"] = timed[0] / first, timed[1] / steady
+            summary[f"{key}_first_vs_ct2"], summary[f"{key}_steady_vs_ct2"] = first / theirs_timed[0], again / steady
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print("\n| search | ours, first pass (s) | ours, again (s) | CTranslate2, first (s) | CTranslate2, again (s) | "

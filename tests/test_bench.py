@@ -3,6 +3,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 
 import pytest
 
@@ -182,8 +183,17 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
     lines = (quick_start.prepro / "test.de").read_text(encoding="utf-8").splitlines()[:12]
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     run = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
-                     "--beam_sizes", "1,2")
+                     "--beam_sizes", "1,2", "--repeats", "2", "--record", str(tmp_path / "speed.json"))
     assert run.returncode == 0, run.stderr[-2000:]
+    # the second passes, two of each, alternating: each printed and recorded, their medians in the table
+    assert len(re.findall(r"^  second passes, ours: [\d.]+, [\d.]+ s; CTranslate2's: [\d.]+, [\d.]+ s \(medians in "
+                          r"the table\)$", run.stdout, re.M)) == 2, run.stdout
+    figures = json.loads((tmp_path / "speed.json").read_text(encoding="utf-8"))["figures"]
+    assert figures["repeats"] == 2 and [s["beam_size"] for s in figures["searches"]] == [1, 2]
+    for search in figures["searches"]:
+        assert len(search["ours_again_each_s"]) == len(search["ct2_again_each_s"]) == 2
+        for who in ("ours", "ct2"):  # the median of the passes (each rounded as recorded)
+            assert abs(search[f"{who}_again_s"] - statistics.median(search[f"{who}_again_each_s"])) <= 0.011
     assert re.search(r"; decoding loops (compiled by XLA for each batch shape|run as one graph for every batch shape);",
                      run.stdout), run.stdout  # as the run's --jit_compile says
     rows = [line.split(" | ") for line in run.stdout.splitlines() if line.startswith("| greedy") or
@@ -205,6 +215,9 @@ def test_translate_speed_times_the_users_path_beside_ctranslate2(quick_start, tm
                         r"beam_first_vs_ct2=[\d.]+ beam_steady_vs_ct2=[\d.]+", run.stdout.strip().splitlines()[-1])
     bad = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(tmp_path / "none"))
     assert bad.returncode == 2 and "--input" in bad.stderr and "cannot be read" in bad.stderr
+    bad = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
+                     "--repeats", "0")
+    assert bad.returncode == 2 and "--repeats 0: give 1 or more" in bad.stderr
     # from a copy of the run's own compilation cache (the quick start's, beside its run), and without one
     cached = run_script("bench/translate_speed.py", "--logdir", str(quick_start.log), "--input", str(source),
                         "--beam_sizes", "1", "--cache", "run", "--jit_compile", "on")
