@@ -328,16 +328,16 @@ def put_back(aside, results, which=None):
 
 
 def set_aside(done, live, aside, results):
-    """Once the sentences a loop still decodes fit in half its n rows or fewer, it keeps the
-    smallest power of two of rows that holds them (done ones fill the rest); the others' results
-    go to aside's outputs (put_back, at their rows) and every tensor of live keeps only the kept rows.
+    """Once some of the sentences a loop decodes are done, it keeps the open ones' rows alone (at
+    least one row: the last step may leave none open); the done ones' results go to aside's outputs
+    (put_back, at their rows) and every tensor of live keeps only the kept rows.
 
-    Each step costs in proportion to the rows it computes: sentences of a batch end at different
-    steps, and a batch's last steps often decode a few of its sentences. A loop traced as one graph
-    (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every shape.
-    Powers of two keep the row counts few, shared by every batch: each new shape costs the first
-    step that meets it, and the caches are copied only a few times a batch. A done sentence kept
-    decodes on unchanged (<pad>, its score fixed).
+    Each step costs in proportion to the rows it computes, and the sentences of a batch end at
+    different steps: a batch's last steps often decode a few of its sentences. A loop traced as one
+    graph (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every
+    shape. Each time sentences end, every live tensor (the caches too) is copied once, and each new
+    row count costs the first step that meets it; dropping the done rows at once still costs less
+    than computing on with them (docs/speed.md, "Shrinking batches").
 
     Args:
       done: (n,) bool.
@@ -351,8 +351,7 @@ def set_aside(done, live, aside, results):
       (live, aside), live's tensors and aside's rows with the kept sentences'.
     """
     n = ops.shape(done)[0]
-    open_count = ops.cast(ops.maximum(n - ops.sum(ops.cast(done, "int32")), 1), "float32")
-    size = ops.cast(ops.power(2.0, ops.ceil(ops.log2(open_count))), "int32")  # the rows to keep
+    size = ops.maximum(n - ops.sum(ops.cast(done, "int32")), 1)  # the rows to keep: the open sentences'
 
     def drop():
         order = ops.concatenate([ops.nonzero(ops.logical_not(done))[0], ops.nonzero(done)[0]])  # (n,) open first

@@ -264,11 +264,11 @@ def test_one_graph_is_traced_once_for_every_batch_shape_and_decodes_as_xla_does(
     assert not hasattr(decoding.compiled(xla, decoding.greedy_loop), "graphs")
 
 
-def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
-    """Once the open sentences fit in half the rows or fewer, a loop keeps the smallest power of two
-    of rows that holds them, open ones first (a done one fills the rest): the others' results go
-    to the outputs at their rows in the batch, and every live tensor keeps the kept sentences'
-    rows (R adjacent rows a sentence for hypothesis rows). With more open, nothing moves."""
+def test_set_aside_keeps_the_open_sentences_and_writes_out_the_others():
+    """Once some sentences are done, a loop keeps the open ones' rows alone, in order: the done
+    ones' results go to the outputs at their rows in the batch, and every live tensor keeps the
+    kept sentences' rows (R adjacent rows a sentence for hypothesis rows). With none done, nothing
+    moves; with all done, one row stays."""
     n, length = 5, 3
     rows = np.array([4, 0, 2, 1, 3], np.int32)  # each live sentence's row in the batch
     ids = np.arange(n * length, dtype=np.int32).reshape(n, length) + 1  # (n, L)
@@ -283,20 +283,27 @@ def test_set_aside_keeps_a_power_of_two_of_rows_and_writes_out_the_others():
             lambda: (ops.convert_to_tensor(ids[:count]), ops.convert_to_tensor(scores[:count])))
         return [ops.convert_to_numpy(x) for x in (kept_rows, kept["ids"], kept_hypotheses, *outputs)]
 
-    # three open of five: four rows kept, the open ones and the first done one
+    # three open of five: their three rows kept, the two done ones written out
     kept_rows, kept_ids, kept_hypotheses, out_ids, out_scores = set_aside([False, True, False, True, False], n)
-    np.testing.assert_array_equal(kept_rows, rows[[0, 2, 4, 1]])
-    np.testing.assert_array_equal(kept_ids, ids[[0, 2, 4, 1]])
-    np.testing.assert_array_equal(kept_hypotheses, [0, 1, 4, 5, 8, 9, 2, 3])
+    np.testing.assert_array_equal(kept_rows, rows[[0, 2, 4]])
+    np.testing.assert_array_equal(kept_ids, ids[[0, 2, 4]])
+    np.testing.assert_array_equal(kept_hypotheses, [0, 1, 4, 5, 8, 9])
     want_ids, want_scores = np.zeros((n, length), np.int32), np.zeros(n, np.float32)
-    want_ids[rows[3]], want_scores[rows[3]] = ids[3], scores[3]  # the one set aside
+    for done in (1, 3):
+        want_ids[rows[done]], want_scores[rows[done]] = ids[done], scores[done]
     np.testing.assert_array_equal(out_ids, want_ids)
     np.testing.assert_array_equal(out_scores, want_scores)
-    # three open of four: all four rows stay
-    kept_rows, kept_ids, kept_hypotheses, out_ids, _ = set_aside([False, True, False, False], 4)
+    # none done of four: all four rows stay
+    kept_rows, kept_ids, kept_hypotheses, out_ids, _ = set_aside([False] * 4, 4)
     np.testing.assert_array_equal(kept_ids, ids[:4])
     np.testing.assert_array_equal(kept_hypotheses, hypotheses[:8])
     assert not out_ids.any()
+    # all three done: the first stays (a loop's last step), the others written out
+    kept_rows, kept_ids, _, out_ids, _ = set_aside([True] * 3, 3)
+    np.testing.assert_array_equal(kept_ids, ids[:1])
+    want_ids = np.zeros((n, length), np.int32)
+    want_ids[rows[1]], want_ids[rows[2]] = ids[1], ids[2]
+    np.testing.assert_array_equal(out_ids, want_ids)
 
 
 def test_gather_beams_takes_each_sentences_rows_as_take_along_axis_does():
