@@ -142,7 +142,8 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     fairseq's rule: fewer steps, and the best score is no longer certain).
 
     Args:
-      log_probs: (N*K, V') next-token log-probabilities of the open hypotheses.
+      log_probs: (N*G, V') next-token log-probabilities of each sentence's first G hypotheses: all
+        K, or at a first step only the one open hypothesis (G = 1: the others are at NEG_INF).
       state: dict of alive_seqs (N, K, L), alive_scores (N, K), fin_seqs (N, K, L), fin_norm
         (N, K) finished scores over the penalty, fin_scores (N, K), fin_count (N,) hypotheses ended
         so far, done (N,).
@@ -156,9 +157,10 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     # columns by their own log-probabilities (in exact order: a hypothesis's score added to them,
     # large beside their differences, could round two apart into a tie), then the best 2K of those
     # K x 2K by score; ties go to the first, so beam 1 chooses as greedy decoding does
-    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, beam_size, vocab))  # (N, K, V')
-    own, columns = ops.top_k(log_probs, min(2 * beam_size, vocab))  # (N, K, 2K) each
-    candidates = ops.reshape(own + ops.expand_dims(state["alive_scores"], -1), (n, -1))  # (N, K*2K)
+    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, -1, vocab))  # (N, G, V')
+    own, columns = ops.top_k(log_probs, min(2 * beam_size, vocab))  # (N, G, 2K) each
+    scores = state["alive_scores"][:, :ops.shape(own)[1]]  # (N, G)
+    candidates = ops.reshape(own + ops.expand_dims(scores, -1), (n, -1))  # (N, G*2K)
     top_scores, top = ops.top_k(candidates, 2 * beam_size)  # (N, 2K)
     top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * 2K + rank
     columns = gather_beams(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top)  # (N, 2K)
@@ -217,12 +219,15 @@ class ReorderedCache:
     row j holds the history of the hypothesis now in slot j.
 
     `initial` is the loop's cache state, (context, caches); `step(tokens, t, state)` gives the
-    next-token log-probabilities (N*K, V') and the new state; `reorder(state, parents)` follows
-    parents (N, K). `rows_per_sentence`: the rows of the state's tensors a sentence has (K here).
+    next-token log-probabilities (N*G, V') of the hypotheses tokens (N*G,) extend and the new
+    state; `reorder(state, parents)` follows parents (N, K). `rows_per_sentence`: the rows of the
+    state's tensors a sentence has (K here); `first_group`: G at the first step (K here: every
+    row has its own cache from the start).
     """
 
-    def __init__(self, model, source, max_len, beam_size):
+    def __init__(self, model, source, max_len, beam_size, shapes_change=False):
         self.model, self.beam_size, self.rows_per_sentence = model, beam_size, beam_size
+        self.first_group = beam_size
         self.initial = model.start_cache(source, max_len, repeat=beam_size)
         self.output_matrix = model.output_matrix()  # (V', d), the same at every step
 
@@ -246,10 +251,17 @@ class InPlaceBeamCache:
     entries (`history`, reordered instead of the caches), and the encoder output's keys/values are
     kept once per sentence, not K times. Each step runs the model's decode_step with the K hypotheses of a
     sentence as K queries of one row. Methods as ReorderedCache's; the state is (context, history,
-    caches), a row per sentence."""
+    caches), a row per sentence.
 
-    def __init__(self, model, source, max_len, beam_size):
+    At the first step the K hypotheses are one, the empty one (the others wait at NEG_INF). Where
+    the loop's shapes may change (shapes_change: one graph) and its V' columns fill the 2K candidates
+    a step keeps, that step computes it alone, one query a sentence writing one entry (first_group
+    1); else K, writing K entries, as every later step. Step t >= 1 writes entries
+    first_group + (t - 1) * K + k."""
+
+    def __init__(self, model, source, max_len, beam_size, shapes_change=False):
         self.model, self.beam_size, self.rows_per_sentence = model, beam_size, 1
+        self.first_group = 1 if shapes_change and model.output_size >= 2 * beam_size else beam_size
         context, caches = model.start_cache(source, max_len * beam_size)
         n = ops.shape(source)[0]
         self.initial = (context, ops.zeros((n, beam_size, max_len * beam_size), "bool"), caches)  # history (N, K, L*K)
@@ -259,11 +271,13 @@ class InPlaceBeamCache:
 
     def step(self, tokens, t, state):
         context, history, caches = state
-        written = ops.equal(self.entries, t * self.beam_size + self.slots)  # (K, L*K) the entries step t writes
+        group = ops.shape(tokens)[0] // ops.shape(history)[0]  # G: the hypotheses this step extends a sentence
+        first = ops.where(t == 0, 0, self.first_group + (t - 1) * self.beam_size)  # the entry slot 0 writes
+        written = ops.equal(self.entries, first + self.slots)  # (K, L*K) the entries step t writes
         history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
-        held = history[:, :, :self.model.cache_entries(caches, self.beam_size)]  # (N, K, the cache's entries)
-        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held,
-                                                   group=self.beam_size, output_matrix=self.output_matrix)  # (N*K, V')
+        held = history[:, :group, :self.model.cache_entries(caches, group)]  # (N, G, the cache's entries)
+        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held, group=group,
+                                                   cache_index=first, output_matrix=self.output_matrix)  # (N*G, V')
         return log_probs, (context, history, caches)
 
     def reorder(self, state, parents):
@@ -282,14 +296,15 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", s
       max_len: L, a Python int, or an int scalar tensor in a traced graph (`one_graph`); min_len: int
         scalar tensor.
       beam_size: K (Python int); alpha: length penalty exponent (Python float); stop: beam_step's.
-      shrink: set sentences aside once they are done (`set_aside`; one graph only).
+      shrink: set sentences aside once they are done (`set_aside`), and extend each sentence's one
+        open hypothesis alone at the first step (InPlaceBeamCache): one graph only, whose shapes may change.
 
     Returns:
       ids (N, L) of each sentence's best hypothesis (<pad> after </s>), and its log-probability (N,).
     """
     n = ops.shape(source)[0]
     layout = InPlaceBeamCache if model.kernels.in_place_beam_cache else ReorderedCache
-    cache = layout(model, source, max_len, beam_size)
+    cache = layout(model, source, max_len, beam_size, shapes_change=shrink)
 
     def cond(t, tokens, state, cache_state, aside):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
@@ -304,7 +319,7 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", s
                 lambda: beam_result(state))
         return t + 1, tokens, state, cache_state, aside
 
-    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * beam_size,), BOS, "int32"),
+    start = (ops.convert_to_tensor(0, "int32"), ops.full((n * cache.first_group,), BOS, "int32"),
              beam_start(n, beam_size, max_len), cache.initial, nothing_aside(n, max_len) if shrink else ())
     _, _, state, _, aside = ops.while_loop(cond, body, start)
     return put_back(aside, beam_result(state)) if shrink else beam_result(state)

@@ -177,7 +177,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                   for _ in self.decoder_blocks]  # (N*K, h, L, d_k) each, as the layout keeps them (Parts.cache)
         return {"cross": cross, "source_mask": ops.repeat(source_mask, repeat, axis=0)}, caches
 
-    def decode_step(self, tokens, step, context, caches, target_mask=None, group=1, output_matrix=None):
+    def decode_step(self, tokens, step, context, caches, target_mask=None, group=1, output_matrix=None,
+                    cache_index=None):
         """decode for one new position: the previous tokens (N*G,) at position `step` ->
         log-probabilities of the next token over the logits columns (N*G, V') and the updated caches
         (context and caches from start_cache; output_matrix from output_matrix(), taken here if None).
@@ -185,9 +186,9 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
         the G adjacent rows of a sentence share one cache (a search's layout): they enter the
         decoder blocks as G queries of one row, all at position `step`, write entries
-        step*G..step*G+G-1, and target_mask (N, G, L) says which entries each may see. So the cache
-        index the blocks get is an entry, not a position: the position reaches the model through
-        embed_target's start alone.
+        step*G..step*G+G-1 (from cache_index, where the layout says otherwise), and target_mask
+        (N, G, L) says which entries each may see. So the cache index the blocks get is an entry,
+        not a position: the position reaches the model through embed_target's start alone.
         """
         if target_mask is None:  # entries 0..step
             entries = ops.arange(self.cache_entries(caches, group))  # (L,)
@@ -195,7 +196,8 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
         y = self.embed_target(ops.expand_dims(tokens, 1), training=False, start=step)  # (N*G, 1, d)
         y = ops.reshape(y, (-1, group, self.d_model))  # (N, G, d)
         y, caches, _ = self.decoder_stack(y, target_mask, context["source_mask"], cross_caches=context["cross"],
-                                          caches=caches, cache_index=step * group)  # (N, G, d)
+                                          caches=caches,
+                                          cache_index=step * group if cache_index is None else cache_index)  # (N, G, d)
         y = ops.reshape(y, (-1, 1, self.d_model))  # (N*G, 1, d)
         logits = self.logits(y, output_matrix)[:, 0]  # (N*G, V')
         return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches  # (N*G, V')
