@@ -41,23 +41,41 @@ def default_max_len(model, source_length):
     return min(max_len, model.maxlen2) if isinstance(max_len, int) else ops.minimum(max_len, model.maxlen2)
 
 
-def bar_tokens(log_probs, allow_eos):
-    """log_probs (N, V) with <pad> and <s> set to -inf, and </s> too unless allow_eos (a boolean
-    scalar). No target holds <pad> or <s>, and a chosen <pad> would read as padding to the uncached
-    decoder and to the output; columns 0-3 are ids 0-3 whatever the output vocabulary."""
-    column = ops.arange(ops.shape(log_probs)[-1])  # (V,)
-    never = ops.logical_or(ops.equal(column, PAD), ops.equal(column, BOS))  # (V,)
-    barred = ops.logical_or(never, ops.logical_and(ops.equal(column, EOS), ops.logical_not(allow_eos)))
-    return ops.where(barred, -np.inf, log_probs)  # (N, V)
+BARRED = 3  # the most columns a step may bar: <pad>, <s> and </s>
 
 
-def greedy_choice(model, log_probs, allow_eos):
+def bar_tokens(values, columns, allow_eos):
+    """values (...) of the logits columns `columns` (...), with those of <pad> and <s> set to -inf,
+    and </s> too unless allow_eos (a boolean scalar). No target holds <pad> or <s>, and a chosen
+    <pad> would read as padding to the uncached decoder and to the output; columns 0-3 are ids 0-3
+    whatever the output vocabulary."""
+    never = ops.logical_or(ops.equal(columns, PAD), ops.equal(columns, BOS))  # (...)
+    barred = ops.logical_or(never, ops.logical_and(ops.equal(columns, EOS), ops.logical_not(allow_eos)))
+    return ops.where(barred, -np.inf, values)  # (...)
+
+
+def best_log_probs(logits, width, allow_eos):
+    """Each row's `width` best logits columns, and BARRED more in case barred ones are among them,
+    best first (ties: the earlier column first), with their log-probabilities, barred ones at -inf
+    (bar_tokens): (..., W) each, W = width + BARRED or every column if fewer.
+
+    A log-probability is z - logsumexp(z) over every column (the model's softmax, barred columns
+    included), taken here at the chosen columns alone: the step never writes the log-softmax of
+    the whole vocabulary, only reads the logits (float32, (..., V')) to sum their exponentials."""
+    top, columns = ops.top_k(logits, min(width + BARRED, logits.shape[-1]))  # (..., W) each
+    peak = top[..., :1]  # (..., 1) each row's largest logit
+    total = ops.log(ops.sum(ops.exp(logits - peak), axis=-1, keepdims=True)) + peak  # (..., 1) logsumexp
+    return bar_tokens(top - total, columns, allow_eos), ops.cast(columns, "int32")  # (..., W) each
+
+
+def greedy_choice(model, logits, allow_eos):
     """The most likely next token (N,) and its log-probability (N,); never <pad> or <s>, and
     never </s> unless allowed.
-    log_probs (N, V') over the logits columns (columns 0-3 are ids 0-3 either way)."""
-    log_probs = bar_tokens(log_probs, allow_eos)  # (N, V')
-    best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (N,) columns
-    return model.to_ids(best), ops.max(log_probs, axis=-1)  # the best column's log-probability is the row's most
+    logits (N, V') float32 over the logits columns (columns 0-3 are ids 0-3 either way)."""
+    log_probs, columns = best_log_probs(logits, 1, allow_eos)  # (N, W) each, best first
+    pick = ops.expand_dims(ops.cast(ops.argmax(log_probs, axis=-1), "int32"), 1)  # (N, 1) the best not barred
+    best = ops.take_along_axis(columns, pick, axis=1)[:, 0]  # (N,) columns
+    return model.to_ids(best), ops.max(log_probs, axis=-1)
 
 
 # 1. The reference's way: the whole decoder over the prefix, for every new token
@@ -68,7 +86,7 @@ def uncached_greedy_step(model, target_in, memory, source_mask, allow_eos):
     with warnings.catch_warnings():  # the first step attends over one key: a softmax over an axis of size 1
         warnings.filterwarnings("ignore", message="You are using a softmax over axis")
         logits = model.decode(target_in, memory, source_mask, training=False)[:, -1]  # (N, V)
-    return greedy_choice(model, ops.log_softmax(ops.cast(logits, "float32"), axis=-1), allow_eos)
+    return greedy_choice(model, ops.cast(logits, "float32"), allow_eos)
 
 
 # 2. Cached: one new position a step, the earlier keys and values kept (the model's decode_step)
@@ -95,9 +113,9 @@ def greedy_loop(model, source, max_len, min_len, shrink=False):
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(live["finished"])))
 
     def body(t, live, aside):
-        log_probs, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"],
-                                              output_matrix=output_matrix)  # (n, V')
-        next_ids, chosen = greedy_choice(model, log_probs, t >= min_len)  # (n,), (n,)
+        logits, caches = model.decode_step(live["tokens"], t, live["context"], live["caches"],
+                                           output_matrix=output_matrix)  # (n, V')
+        next_ids, chosen = greedy_choice(model, logits, t >= min_len)  # (n,), (n,)
         next_ids = ops.where(live["finished"], PAD, next_ids)  # (n,)
         live = dict(live, tokens=next_ids, caches=caches,
                     finished=ops.logical_or(live["finished"], ops.equal(next_ids, EOS)),
@@ -131,7 +149,7 @@ def length_penalty(length, alpha):
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
-def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop="bound"):
+def beam_step(model, t, logits, min_len, max_len, beam_size, alpha, state, stop="bound"):
     """Choose among the K x V' extensions of every sentence's open hypotheses (one beam step).
 
     Of the 2K best candidates, those among the best K that end in </s> compete, by
@@ -142,8 +160,8 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     fairseq's rule: fewer steps, and the best score is no longer certain).
 
     Args:
-      log_probs: (N*G, V') next-token log-probabilities of each sentence's first G hypotheses: all
-        K, or at a first step only the one open hypothesis (G = 1: the others are at NEG_INF).
+      logits: (N*G, V') float32 next-token logits of each sentence's first G hypotheses: all K, or
+        at a first step only the one open hypothesis (G = 1: the others are at NEG_INF).
       state: dict of alive_seqs (N, K, L), alive_scores (N, K), fin_seqs (N, K, L), fin_norm
         (N, K) finished scores over the penalty, fin_scores (N, K), fin_count (N,) hypotheses ended
         so far, done (N,).
@@ -154,16 +172,17 @@ def beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, st
     """
     n, vocab = ops.shape(state["alive_scores"])[0], model.output_size
     # 1. extend: the 2K best of K x V' candidates per sentence: each open hypothesis's 2K best
-    # columns by their own log-probabilities (in exact order: a hypothesis's score added to them,
-    # large beside their differences, could round two apart into a tie), then the best 2K of those
-    # K x 2K by score; ties go to the first, so beam 1 chooses as greedy decoding does
-    log_probs = ops.reshape(bar_tokens(log_probs, t >= min_len), (n, -1, vocab))  # (N, G, V')
-    own, columns = ops.top_k(log_probs, min(2 * beam_size, vocab))  # (N, G, 2K) each
+    # columns by their own log-probabilities, and W - 2K more that may be barred (in exact order: a
+    # hypothesis's score added to them, large beside their differences, could round two apart into
+    # a tie), then the best 2K of those K x W by score; ties go to the first, so beam 1 chooses as
+    # greedy decoding does. A hypothesis's 2K best stay among its W, so the choice is the same.
+    logits = ops.reshape(logits, (n, -1, vocab))  # (N, G, V')
+    own, columns = best_log_probs(logits, 2 * beam_size, t >= min_len)  # (N, G, W) each
     scores = state["alive_scores"][:, :ops.shape(own)[1]]  # (N, G)
-    candidates = ops.reshape(own + ops.expand_dims(scores, -1), (n, -1))  # (N, G*2K)
+    candidates = ops.reshape(own + ops.expand_dims(scores, -1), (n, -1))  # (N, G*W)
     top_scores, top = ops.top_k(candidates, 2 * beam_size)  # (N, 2K)
-    top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * 2K + rank
-    columns = gather_beams(ops.reshape(ops.cast(columns, "int32"), (n, -1)), top)  # (N, 2K)
+    top = ops.cast(top, "int32")  # (N, 2K) candidate = beam * W + rank
+    columns = gather_beams(ops.reshape(columns, (n, -1)), top)  # (N, 2K)
     top_beams, top_tokens = top // ops.shape(own)[-1], model.to_ids(columns)  # (N, 2K)
     top_seqs = model.parts.slice_update(gather_beams(state["alive_seqs"], top_beams), (0, 0, t),
                                         ops.expand_dims(top_tokens, -1))  # (N, 2K, L)
@@ -219,7 +238,7 @@ class ReorderedCache:
     row j holds the history of the hypothesis now in slot j.
 
     `initial` is the loop's cache state, (context, caches); `step(tokens, t, state)` gives the
-    next-token log-probabilities (N*G, V') of the hypotheses tokens (N*G,) extend and the new
+    next-token logits (N*G, V') of the hypotheses tokens (N*G,) extend and the new
     state; `reorder(state, parents)` follows parents (N, K). `rows_per_sentence`: the rows of the
     state's tensors a sentence has (K here); `first_group`: G at the first step (K here: every
     row has its own cache from the start).
@@ -233,9 +252,9 @@ class ReorderedCache:
 
     def step(self, tokens, t, state):
         context, caches = state
-        log_probs, caches = self.model.decode_step(tokens, t, context, caches,
-                                                   output_matrix=self.output_matrix)  # (N*K, V')
-        return log_probs, (context, caches)
+        logits, caches = self.model.decode_step(tokens, t, context, caches,
+                                                output_matrix=self.output_matrix)  # (N*K, V')
+        return logits, (context, caches)
 
     def reorder(self, state, parents):
         context, caches = state
@@ -276,9 +295,9 @@ class InPlaceBeamCache:
         written = ops.equal(self.entries, first + self.slots)  # (K, L*K) the entries step t writes
         history = ops.logical_or(history, ops.expand_dims(written, 0))  # (N, K, L*K)
         held = history[:, :group, :self.model.cache_entries(caches, group)]  # (N, G, the cache's entries)
-        log_probs, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held, group=group,
-                                                   cache_index=first, output_matrix=self.output_matrix)  # (N*G, V')
-        return log_probs, (context, history, caches)
+        logits, caches = self.model.decode_step(tokens, t, context, caches, target_mask=held, group=group,
+                                                cache_index=first, output_matrix=self.output_matrix)  # (N*G, V')
+        return logits, (context, history, caches)
 
     def reorder(self, state, parents):
         context, history, caches = state
@@ -310,8 +329,8 @@ def beam_loop(model, source, max_len, min_len, beam_size, alpha, stop="bound", s
         return ops.logical_and(t < max_len, ops.logical_not(ops.all(state["done"])))
 
     def body(t, tokens, state, cache_state, aside):
-        log_probs, cache_state = cache.step(tokens, t, cache_state)  # (N*K, V')
-        state, parents, tokens = beam_step(model, t, log_probs, min_len, max_len, beam_size, alpha, state, stop)
+        logits, cache_state = cache.step(tokens, t, cache_state)  # (N*G, V')
+        state, parents, tokens = beam_step(model, t, logits, min_len, max_len, beam_size, alpha, state, stop)
         cache_state = cache.reorder(cache_state, parents)
         if shrink:
             (state, tokens, cache_state), aside = set_aside(

@@ -179,9 +179,10 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
 
     def decode_step(self, tokens, step, context, caches, target_mask=None, group=1, output_matrix=None,
                     cache_index=None):
-        """decode for one new position: the previous tokens (N*G,) at position `step` ->
-        log-probabilities of the next token over the logits columns (N*G, V') and the updated caches
-        (context and caches from start_cache; output_matrix from output_matrix(), taken here if None).
+        """decode for one new position: the previous tokens (N*G,) at position `step` -> the next
+        token's logits over the logits columns (N*G, V'), float32 (a search takes the log-softmax at
+        the columns it chooses: decoding.best_log_probs), and the updated caches (context and caches
+        from start_cache; output_matrix from output_matrix(), taken here if None).
 
         By default (G = 1) every row has its own cache and sees its entries 0..step. With group G,
         the G adjacent rows of a sentence share one cache (a search's layout): they enter the
@@ -199,8 +200,7 @@ class Transformer(devices.DistributedTrainingFixes, keras.Model):
                                           caches=caches,
                                           cache_index=step * group if cache_index is None else cache_index)  # (N, G, d)
         y = ops.reshape(y, (-1, 1, self.d_model))  # (N*G, 1, d)
-        logits = self.logits(y, output_matrix)[:, 0]  # (N*G, V')
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches  # (N*G, V')
+        return ops.cast(self.logits(y, output_matrix)[:, 0], "float32"), caches  # (N*G, V')
 
     def cache_entries(self, caches, group=1):
         """The entries each self-attention cache of caches holds once a step has written group

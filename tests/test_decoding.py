@@ -36,13 +36,16 @@ def test_cached_and_uncached_decoding_give_the_same_tokens(copy_model):
 
 
 def test_greedy_choice_never_picks_pad_or_bos_and_eos_only_when_allowed(copy_model):
+    """The best column not barred, and its log-probability under the softmax over every column
+    (the barred ones included), however many of the best logits are barred."""
     m, _ = copy_model
-    log_probs = np.full((1, m.output_size), -9.0, np.float32)
-    log_probs[0, [PAD, BOS, EOS, 5]] = [-0.1, -0.2, -0.3, -0.4]
-    for allow_eos, want in ((False, 5), (True, EOS)):
-        ids, chosen = decoding.greedy_choice(m, ops.convert_to_tensor(log_probs), ops.convert_to_tensor(allow_eos))
-        assert ops.convert_to_numpy(ids).tolist() == [want]
-        np.testing.assert_allclose(ops.convert_to_numpy(chosen), log_probs[0, [want]])
+    logits = np.full((2, m.output_size), -9.0, np.float32)
+    logits[:, [PAD, BOS, EOS, 5, 6]] = [[4.1, 4.2, 4.3, 4.4, 2.0], [4.4, 4.3, 4.2, 1.0, 1.5]]
+    log_probs = logits - np.log(np.exp(logits.astype(np.float64)).sum(1, keepdims=True))
+    for allow_eos, want in ((False, [5, 6]), (True, [5, EOS])):
+        ids, chosen = decoding.greedy_choice(m, ops.convert_to_tensor(logits), ops.convert_to_tensor(allow_eos))
+        assert ops.convert_to_numpy(ids).tolist() == want
+        np.testing.assert_allclose(ops.convert_to_numpy(chosen), log_probs[[0, 1], want], rtol=1e-6)
 
 
 def test_beam_size_one_is_greedy(copy_model, kernels):
@@ -59,18 +62,18 @@ def test_beam_size_one_is_greedy(copy_model, kernels):
 @pytest.mark.jax
 def test_a_beam_of_one_chooses_greedys_token_where_the_score_would_round_a_near_tie_into_one():
     """beam_step with one beam whose score (-400) is large beside the gap between its two best
-    tokens' log-probabilities (1e-5, below float32's spacing of 3e-5 at 400): it extends with the
-    better one, the later column, as greedy decoding's argmax does; summed first, the two would
-    tie and the earlier column win."""
+    tokens' logits, and so log-probabilities (1e-5, below float32's spacing of 3e-5 at 400): it
+    extends with the better one, the later column, as greedy decoding's argmax does; summed first,
+    the two would tie and the earlier column win."""
     import types
 
     vocab = 12
     model = types.SimpleNamespace(output_size=vocab, to_ids=lambda columns: columns, parts=modules.PLAIN)
-    log_probs = np.full((1, vocab), -20.0, np.float32)
-    log_probs[0, 5], log_probs[0, 7] = -1.00001, -1.0
+    logits = np.full((1, vocab), -20.0, np.float32)
+    logits[0, 5], logits[0, 7] = -1.00001, -1.0
     state = decoding.beam_start(1, 1, 4)
     state["alive_scores"] = ops.convert_to_tensor(np.array([[-400.0]], np.float32))
-    _, _, tokens = decoding.beam_step(model, 1, ops.convert_to_tensor(log_probs), 0, 4, 1, 0.0, state)
+    _, _, tokens = decoding.beam_step(model, 1, ops.convert_to_tensor(logits), 0, 4, 1, 0.0, state)
     assert ops.convert_to_numpy(tokens).tolist() == [7]
     assert np.float32(-400.0) + np.float32(-1.00001) == np.float32(-400.0) + np.float32(-1.0)  # the tie summing makes
 

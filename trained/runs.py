@@ -220,8 +220,8 @@ def beam_trace(model, sp, source_ids, beam_size, alpha, stop="bound"):
         decoder_input = np.concatenate([np.full((beam_size, 1), data_load.BOS), prefix], axis=1)  # (K, t+1)
         logits = model.decode(decoder_input, ops.repeat(memory, beam_size, axis=0),
                               ops.repeat(source_mask, beam_size, axis=0), training=False)[:, -1]  # (K, V')
-        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (K, V')
-        state, parents, _ = decoding.beam_step(model, t, log_probs, 0, max_len, beam_size, alpha, state, stop)
+        state, parents, _ = decoding.beam_step(model, t, ops.cast(logits, "float32"), 0, max_len, beam_size, alpha,
+                                               state, stop)
         steps.append((ops.convert_to_numpy(state["alive_seqs"])[0, :, :t + 1], ops.convert_to_numpy(parents)[0],
                       ops.convert_to_numpy(state["alive_scores"])[0]))
         if bool(ops.convert_to_numpy(state["done"])[0]):
