@@ -371,7 +371,7 @@ def set_aside(done, live, aside, results):
     graph (`one_graph`) takes tensors whose rows change from step to step; XLA and JAX fix every
     shape. Each time sentences end, every live tensor (the caches too) is copied once, and each new
     row count costs the first step that meets it; dropping the done rows at once still costs less
-    than computing on with them (docs/speed.md, "Shrinking batches").
+    than computing on with them (docs/speed.md, "Only the rows and columns a step needs").
 
     Args:
       done: (n,) bool.

@@ -372,7 +372,8 @@ class MultiHeadAttention(keras.layers.Layer):
             without (cross-attention), the cache
             is `keys_values(memory)`, and memory is not read.
           cache_index: a cache entry, not a position. Beam search's in-place layout writes
-            hypothesis k of step t at entry t*K + k (decoding.InPlaceBeamCache). Attention made
+            hypothesis k of step t at entry t*K + k, or one entry at the first step and the others
+            after it (decoding.InPlaceBeamCache). Attention made
             to depend on positions (relative, rotary) must be given them, not read them from
             here: tests/test_decoding.py decodes with every cache layout and fails when they differ.
           return_attention_scores: also return the attention weights (N, h, Tq, Tk), as Keras'
